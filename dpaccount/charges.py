@@ -1,0 +1,280 @@
+"""What one query costs: immutable descriptions that rules compose.
+
+A *charge* describes a query's privacy cost before it runs. The simplest is a
+:class:`~dpaccount.costs.PrivacyCost`; richer charges keep what tight accountants need
+(the noise of a Gaussian, the scale of a Laplace, a sampling rate) while still reporting
+a valid (epsilon, delta) guarantee through :func:`cost_of`.
+
+Multiplicity is applied in one place, :func:`atoms`: ``Repeated(c, k)`` is *exactly* k
+charges of ``c`` under every rule.
+
+Example:
+    >>> c = Repeated(PrivacyCost("0.1"), 3)
+    >>> list(atoms(c))
+    [(PrivacyCost(epsilon=0.1, delta=0), 3)]
+    >>> cost_of(c)
+    PrivacyCost(epsilon=0.30000000000000004, delta=0)
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any, TypeAlias
+
+import attrs
+
+from dpaccount._numeric import (
+    check_count,
+    check_epsilon,
+    check_positive,
+    check_rate,
+    gaussian_delta_up,
+    laplace_epsilon_up,
+    log1p_expm1_scaled_up,
+)
+from dpaccount.costs import PrivacyCost, _trusted
+from dpaccount.errors import InvalidCostError, UnsupportedChargeError
+
+__all__ = [
+    "Atom",
+    "Charge",
+    "GaussianCharge",
+    "LaplaceCharge",
+    "Parallel",
+    "Relation",
+    "Repeated",
+    "Scheme",
+    "Subsampled",
+    "atoms",
+    "cost_of",
+    "relation_of",
+]
+
+
+class Relation(enum.StrEnum):
+    """The neighbouring relation a guarantee is stated for.
+
+    ``ADD_REMOVE``: datasets differ by adding or removing one record (unbounded DP).
+    ``SUBSTITUTION``: datasets of equal size differ in one record's value (bounded DP).
+    """
+
+    ADD_REMOVE = "add_remove"
+    SUBSTITUTION = "substitution"
+
+
+class Scheme(enum.StrEnum):
+    """How a subsample is drawn.
+
+    ``POISSON``: each record independently with probability ``rate``.
+    ``WITHOUT_REPLACEMENT``: a uniformly random subset of fixed size ``rate * n``.
+    """
+
+    POISSON = "poisson"
+    WITHOUT_REPLACEMENT = "without_replacement"
+
+
+#: The relation each sampling scheme's amplification theorem is proven for
+#: (Balle, Barthe and Gaboardi 2018, Table 1 and Thms 8 and 9).
+SCHEME_RELATION = {
+    Scheme.POISSON: Relation.ADD_REMOVE,
+    Scheme.WITHOUT_REPLACEMENT: Relation.SUBSTITUTION,
+}
+
+
+@attrs.frozen
+class LaplaceCharge:
+    """One run of the Laplace mechanism: noise of ``scale`` on an L1-``sensitivity`` query.
+
+    Its guarantee is pure epsilon = sensitivity / scale (Dwork and Roth 2014, Thm 3.6);
+    the PLD engine uses the scale itself.
+
+    Example:
+        >>> LaplaceCharge(scale=10, sensitivity=1).cost
+        PrivacyCost(epsilon=0.1, delta=0)
+    """
+
+    scale: Fraction = attrs.field(converter=lambda v: check_positive(v, "scale"))
+    sensitivity: Fraction = attrs.field(converter=lambda v: check_positive(v, "sensitivity"))
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The (epsilon, 0) guarantee of one run."""
+        return _trusted(laplace_epsilon_up(self.scale, self.sensitivity), Fraction(0))
+
+
+@attrs.frozen
+class GaussianCharge:
+    """One run of the Gaussian mechanism with standard deviation ``sigma``.
+
+    Reported at the point ``epsilon`` of its privacy profile, with delta from the exact
+    condition of Balle and Wang 2018 (Thm 8), computed and rounded upward. Tight engines
+    use ``sigma / sensitivity`` and the whole profile instead.
+
+    Example:
+        >>> c = GaussianCharge(sigma=1, sensitivity=1, epsilon=1)
+        >>> 0.1269 < float(c.cost.delta) < 0.1270   # Balle-Wang delta(1) at mu = 1
+        True
+    """
+
+    sigma: Fraction = attrs.field(converter=lambda v: check_positive(v, "sigma"))
+    sensitivity: Fraction = attrs.field(converter=lambda v: check_positive(v, "sensitivity"))
+    epsilon: Fraction = attrs.field(converter=check_epsilon)
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The (epsilon, delta(epsilon)) guarantee of one run."""
+        delta = gaussian_delta_up(self.epsilon, self.sensitivity / self.sigma)
+        if delta >= 1:
+            raise InvalidCostError("epsilon", self.epsilon, "delta(epsilon) rounds to 1")
+        return _trusted(self.epsilon, delta)
+
+
+@attrs.frozen
+class Subsampled:
+    """A charge run on a random subsample of the data (privacy amplification).
+
+    The (epsilon, delta) guarantee is epsilon' = ln(1 + rate (e^epsilon - 1)),
+    delta' = rate * delta: Balle, Barthe and Gaboardi 2018, Thm 8 (Poisson sampling,
+    add/remove neighbours) and Thm 9 (sampling without replacement, substitution
+    neighbours). The relation is fixed by the scheme; other pairings are not covered by
+    those theorems and are refused by :func:`relation_of` users.
+
+    Example:
+        >>> s = Subsampled(PrivacyCost(1), rate="0.01", scheme=Scheme.POISSON)
+        >>> 0.0171 < float(s.cost.epsilon) < 0.0172
+        True
+    """
+
+    charge: Charge = attrs.field()
+    rate: Fraction = attrs.field(converter=check_rate)
+    scheme: Scheme = attrs.field(converter=Scheme)
+
+    @charge.validator
+    def _check_inner(self, _attribute: Any, value: Any) -> None:
+        _check_charge(value)
+
+    @property
+    def relation(self) -> Relation:
+        """The neighbouring relation the amplification theorem holds for."""
+        return SCHEME_RELATION[self.scheme]
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The amplified (epsilon, delta) guarantee of one run."""
+        inner = cost_of(self.charge)
+        epsilon = log1p_expm1_scaled_up(self.rate, inner.epsilon)
+        return _trusted(epsilon, inner.delta * self.rate)
+
+
+@attrs.frozen
+class Parallel:
+    """One query run separately on disjoint, declared partitions of the data.
+
+    Each partition's part is a charge of its own. When the partition of a record is fixed
+    by data-independent rules, adding or removing one record touches one partition, so
+    the guarantee is the maximum over partitions (McSherry 2009, Thm 4, "parallel
+    composition"). Under substitution a changed record may move between two partitions,
+    so the two largest epsilons and deltas are added.
+
+    Example:
+        >>> Parallel([PrivacyCost(1), PrivacyCost(2), PrivacyCost(3)]).cost
+        PrivacyCost(epsilon=3, delta=0)
+        >>> Parallel([PrivacyCost(1), PrivacyCost(2), PrivacyCost(3)],
+        ...          relation="substitution").cost
+        PrivacyCost(epsilon=5, delta=0)
+    """
+
+    partitions: tuple[Charge, ...] = attrs.field(converter=tuple)
+    relation: Relation = attrs.field(default=Relation.ADD_REMOVE, converter=Relation)
+
+    @partitions.validator
+    def _check_partitions(self, _attribute: Any, value: tuple[Any, ...]) -> None:
+        if not value:
+            raise InvalidCostError("partitions", value, "at least one partition is needed")
+        for part in value:
+            _check_charge(part)
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The (epsilon, delta) guarantee of the whole parallel query."""
+        costs = [cost_of(p) for p in self.partitions]
+        epsilons = sorted((c.epsilon for c in costs), reverse=True)
+        deltas = sorted((c.delta for c in costs), reverse=True)
+        take = 1 if self.relation is Relation.ADD_REMOVE else 2
+        delta = sum(deltas[:take], Fraction(0))
+        if delta >= 1:
+            raise InvalidCostError("delta", delta, "the partitions' deltas reach 1")
+        return _trusted(sum(epsilons[:take], Fraction(0)), delta)
+
+
+@attrs.frozen
+class Repeated:
+    """``count`` runs of the same charge (adaptively chosen, same parameters).
+
+    Every rule treats it exactly as ``count`` separate charges (see :func:`atoms`).
+
+    Example:
+        >>> Repeated(PrivacyCost(1, "1e-6"), 4).cost
+        PrivacyCost(epsilon=4, delta=4e-06)
+    """
+
+    charge: Charge = attrs.field()
+    count: int = attrs.field(converter=lambda v: check_count(v, "count"))
+
+    @charge.validator
+    def _check_inner(self, _attribute: Any, value: Any) -> None:
+        _check_charge(value)
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The basic composition of ``count`` runs."""
+        return cost_of(self.charge).times(self.count)
+
+
+#: A charge that is not a :class:`Repeated`: one run of one mechanism.
+Atom: TypeAlias = PrivacyCost | LaplaceCharge | GaussianCharge | Subsampled | Parallel
+#: Anything the accountant can be charged with.
+Charge: TypeAlias = Atom | Repeated
+
+_CHARGE_TYPES = (PrivacyCost, LaplaceCharge, GaussianCharge, Subsampled, Parallel, Repeated)
+
+
+def _check_charge(value: Any) -> None:
+    if not isinstance(value, _CHARGE_TYPES):
+        raise InvalidCostError(
+            "charge",
+            value,
+            "expected a PrivacyCost, a charge from dpaccount.charges, or a mechanism",
+        )
+
+
+def atoms(charge: Charge) -> Iterator[tuple[Atom, int]]:
+    """Flatten nested :class:`Repeated` charges into ``(atom, multiplicity)`` pairs.
+
+    This is the one place multiplicity is applied.
+    """
+    count = 1
+    while isinstance(charge, Repeated):
+        count *= charge.count
+        charge = charge.charge
+    yield charge, count
+
+
+def cost_of(charge: Charge) -> PrivacyCost:
+    """The (epsilon, delta) guarantee of a charge under basic composition."""
+    if isinstance(charge, PrivacyCost):
+        return charge
+    if isinstance(charge, _CHARGE_TYPES):
+        return charge.cost
+    raise UnsupportedChargeError(f"cannot compute the cost of {charge!r}")
+
+
+def relation_of(charge: Charge) -> Relation | None:
+    """The neighbouring relation a charge is tied to, or None if it is stated for any."""
+    for atom, _count in atoms(charge):
+        if isinstance(atom, (Subsampled, Parallel)):
+            return atom.relation
+    return None
+

@@ -1,0 +1,88 @@
+"""The interface every composition rule implements, and the adaptivity it is proven for.
+
+A rule is pure: it folds charges into an immutable *state* and says whether a state is
+within a budget. The accountant keeps one state as its running total, so a charge costs
+O(1) whatever the ledger's length.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from typing import Any, Generic, TypeVar
+
+from dpaccount.charges import Atom, Charge, atoms
+from dpaccount.costs import Budget, PrivacyCost
+
+__all__ = ["Adaptivity", "Rule"]
+
+State = TypeVar("State")
+
+
+class Adaptivity(enum.IntEnum):
+    """What a rule's theorem is proven for, from weakest to strongest.
+
+    ``FIXED_PLAN``: the number of queries and their parameters are declared before the
+    first query (Dwork-Rothblum-Vadhan / Kairouz-Oh-Viswanath as stated).
+    ``ADAPTIVE_MECHANISMS``: each mechanism may be chosen after seeing earlier answers,
+    but the sequence of privacy parameters is fixed in advance.
+    ``FULLY_ADAPTIVE``: the privacy parameters themselves are chosen at run time (a
+    privacy filter, Rogers, Roth, Ullman and Vadhan 2016).
+
+    A rule proven for a stronger level is valid for every weaker one.
+    """
+
+    FIXED_PLAN = 1
+    ADAPTIVE_MECHANISMS = 2
+    FULLY_ADAPTIVE = 3
+
+
+class Rule(abc.ABC, Generic[State]):
+    """A composition rule: how a ledger's charges add up to a guarantee.
+
+    Subclasses set :attr:`name`, :attr:`adaptivity` and :attr:`theorem`, and implement
+    :meth:`start`, :meth:`add`, :meth:`total` and :meth:`admits`. ``add`` must be O(1)
+    in the number of charges already folded in.
+    """
+
+    #: The name used in ``Accountant(rule=...)`` and stored in records.
+    name: str
+    #: The strongest adaptivity the theorem is proven for.
+    adaptivity: Adaptivity
+    #: The citation (paper, year, theorem number).
+    theorem: str
+
+    @abc.abstractmethod
+    def start(self) -> State:
+        """The state of an empty ledger."""
+
+    @abc.abstractmethod
+    def add(self, state: State, atom: Atom, count: int) -> State:
+        """The state after ``count`` more runs of ``atom``; never mutates ``state``.
+
+        Raises:
+            UnsupportedChargeError: The rule cannot compose this atom (outside a declared
+                plan, an unsupported relation or mechanism).
+        """
+
+    @abc.abstractmethod
+    def total(self, state: State) -> PrivacyCost:
+        """The (epsilon, delta) guarantee of everything folded into ``state``.
+
+        For a privacy filter this is what the filter certifies so far; it is a proven
+        upper bound in every case.
+        """
+
+    @abc.abstractmethod
+    def admits(self, state: State, budget: Budget) -> bool:
+        """Whether a ledger in ``state`` is still within ``budget`` (the stopping rule)."""
+
+    def extend(self, state: State, charge: Charge) -> State:
+        """Fold a whole charge (with its multiplicity) into ``state``."""
+        for atom, count in atoms(charge):
+            state = self.add(state, atom, count)
+        return state
+
+    def describe(self) -> dict[str, Any]:
+        """What is stored with a ledger to identify this rule and its parameters."""
+        return {"name": self.name}

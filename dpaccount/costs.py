@@ -1,0 +1,172 @@
+"""Privacy costs and budgets: exact, immutable, validated values.
+
+A :class:`PrivacyCost` is what a mechanism guarantees, (epsilon, delta)-differential
+privacy (Dwork and Roth 2014, Def. 2.4); a :class:`Budget` is how much a ledger may
+spend. Both hold exact :class:`~fractions.Fraction` values: a float is taken at its exact
+binary value, a string or :class:`~decimal.Decimal` at its exact decimal value, so sums
+never under-count.
+
+Example:
+    >>> ten = sum([PrivacyCost(0.1)] * 10, PrivacyCost(0))
+    >>> ten.epsilon > 1          # the float 0.1 is slightly above one tenth
+    True
+    >>> sum([PrivacyCost("0.1")] * 10, PrivacyCost(0)).epsilon
+    Fraction(1, 1)
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import attrs
+
+from dpaccount._numeric import ZERO, check_delta, check_epsilon, float_up
+from dpaccount.errors import InvalidCostError
+
+__all__ = ["Budget", "PrivacyCost", "format_number"]
+
+
+def format_number(value: Fraction | None) -> str:
+    """Show an exact value as the shortest float that is not below it.
+
+    Example:
+        >>> format_number(Fraction(1, 10))
+        '0.1'
+        >>> format_number(Fraction(1, 3))
+        '0.33333333333333337'
+        >>> format_number(None)
+        'inf'
+    """
+    if value is None:
+        return "inf"
+    if value == 0:
+        return "0"
+    if value.denominator == 1:
+        return str(value.numerator)
+    return repr(float_up(value))
+
+
+@attrs.frozen(repr=False)
+class PrivacyCost:
+    """An (epsilon, delta) guarantee, exact and validated.
+
+    Args:
+        epsilon: Non-negative and finite. Floats are taken at their exact binary value,
+            strings and Decimals at their exact decimal value.
+        delta: In [0, 1).
+
+    Raises:
+        InvalidCostError: For NaN, infinities, negative values, ``delta >= 1``, booleans
+            and non-numeric strings; the message names the field and the value.
+
+    Example:
+        >>> PrivacyCost("0.5", "1e-6")
+        PrivacyCost(epsilon=0.5, delta=1e-06)
+        >>> PrivacyCost(0.5) + PrivacyCost(0.25, 1e-6)
+        PrivacyCost(epsilon=0.75, delta=1e-06)
+    """
+
+    epsilon: Fraction = attrs.field(converter=check_epsilon)
+    delta: Fraction = attrs.field(default=ZERO, converter=check_delta)
+
+    def __add__(self, other: PrivacyCost) -> PrivacyCost:
+        if not isinstance(other, PrivacyCost):
+            return NotImplemented
+        total_delta = self.delta + other.delta
+        if total_delta >= 1:
+            raise InvalidCostError(
+                "delta", total_delta, "the summed delta reaches 1: no guarantee is left"
+            )
+        return _trusted(self.epsilon + other.epsilon, total_delta)
+
+    def __radd__(self, other: Any) -> PrivacyCost:
+        if other == 0:  # sum() starts from int 0
+            return self
+        return NotImplemented
+
+    def times(self, count: int) -> PrivacyCost:
+        """The basic composition of ``count`` copies of this cost."""
+        delta = self.delta * count
+        if delta >= 1:
+            raise InvalidCostError("delta", delta, f"{count} x delta reaches 1")
+        return _trusted(self.epsilon * count, delta)
+
+    def fits(self, budget: Budget) -> bool:
+        """Whether this total is within ``budget`` (both coordinates, inclusive)."""
+        if budget.epsilon is not None and self.epsilon > budget.epsilon:
+            return False
+        return self.delta <= budget.delta
+
+    def __repr__(self) -> str:
+        return (
+            f"PrivacyCost(epsilon={format_number(self.epsilon)}, "
+            f"delta={format_number(self.delta)})"
+        )
+
+    def __str__(self) -> str:
+        return f"(ε={format_number(self.epsilon)}, δ={format_number(self.delta)})"
+
+
+def _trusted(epsilon: Fraction, delta: Fraction) -> PrivacyCost:
+    """Build a PrivacyCost from values already known valid, skipping the converters.
+
+    Used on the per-charge path, where the operands were validated on construction.
+    """
+    cost = object.__new__(PrivacyCost)
+    object.__setattr__(cost, "epsilon", epsilon)
+    object.__setattr__(cost, "delta", delta)
+    return cost
+
+
+ZERO_COST = _trusted(ZERO, ZERO)
+
+
+def _budget_epsilon(value: Any) -> Fraction | None:
+    if value is None:
+        return None
+    if isinstance(value, float) and value == float("inf"):
+        raise InvalidCostError(
+            "epsilon",
+            value,
+            "an infinite budget must be explicit: use Budget.unlimited() (tracking only)",
+        )
+    return check_epsilon(value)
+
+
+@attrs.frozen(repr=False)
+class Budget:
+    """The total (epsilon, delta) a ledger may spend.
+
+    Args:
+        epsilon: Non-negative and finite; see :meth:`unlimited` for tracking only.
+        delta: In [0, 1).
+
+    Example:
+        >>> Budget(1, "1e-5")
+        Budget(epsilon=1, delta=1e-05)
+        >>> Budget.unlimited().epsilon is None
+        True
+    """
+
+    epsilon: Fraction | None = attrs.field(converter=_budget_epsilon)
+    delta: Fraction = attrs.field(default=ZERO, converter=check_delta)
+
+    @classmethod
+    def unlimited(cls, delta: Any = 0) -> Budget:
+        """A budget with no epsilon limit: the ledger only tracks what is spent."""
+        return cls(None, delta)
+
+    @property
+    def is_unlimited(self) -> bool:
+        """True for a tracking-only budget with no epsilon limit."""
+        return self.epsilon is None
+
+    def __repr__(self) -> str:
+        return (
+            f"Budget(epsilon={format_number(self.epsilon)}, "
+            f"delta={format_number(self.delta)})"
+        )
+
+    def __str__(self) -> str:
+        return f"(ε={format_number(self.epsilon)}, δ={format_number(self.delta)})"

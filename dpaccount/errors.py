@@ -1,0 +1,144 @@
+"""The one error tree of dpaccount.
+
+Every error the library raises on purpose is a :class:`DPAccountError`; where the
+meaning of a builtin holds, the error also subclasses it, so ``except ValueError`` keeps
+working for invalid input::
+
+    DPAccountError(Exception)
+    ├── InvalidCostError(DPAccountError, ValueError)   NaN/inf/negative ε, δ ∉ [0, 1),
+    │                                                  bad rate, bool or str where a number is due
+    ├── BudgetExceededError(DPAccountError)            .requested .spent .budget
+    ├── UnsupportedChargeError(DPAccountError)         a rule or relation cannot compose a charge
+    ├── ConfigError(DPAccountError, ValueError)        invalid configuration (wraps pydantic)
+    └── StorageError(DPAccountError)
+        ├── LedgerConflictError                        a concurrent writer won; retryable
+        └── LedgerCorruptError                         a record fails validation or the chain breaks
+
+A missing optional extra raises :class:`ImportError` naming the
+``pip install "dpaccount[...]"`` command that provides it (see :func:`missing_extra`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from dpaccount.costs import Budget, PrivacyCost
+
+__all__ = [
+    "BudgetExceededError",
+    "ConfigError",
+    "DPAccountError",
+    "InvalidCostError",
+    "LedgerConflictError",
+    "LedgerCorruptError",
+    "StorageError",
+    "UnsupportedChargeError",
+    "missing_extra",
+]
+
+
+class DPAccountError(Exception):
+    """Base class of every error dpaccount raises on purpose."""
+
+
+class InvalidCostError(DPAccountError, ValueError):
+    """A privacy parameter is not a valid number for its field.
+
+    Raised for NaN, infinities, negative values, ``delta >= 1``, booleans, non-numeric
+    strings and other values that cannot be a privacy parameter. The message names the
+    field and repeats the value that was given.
+
+    Attributes:
+        field: The name of the offending parameter (e.g. ``"epsilon"``).
+        value: The value that was rejected, as given.
+    """
+
+    def __init__(self, field: str, value: Any, reason: str) -> None:
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid {field}={value!r}: {reason}")
+
+
+class BudgetExceededError(DPAccountError):
+    """A charge would take the ledger over its budget; nothing was recorded or run.
+
+    Attributes:
+        requested: The composed cost of the refused charge on its own.
+        spent: The composed total spent before the refused charge.
+        budget: The ledger's budget.
+        would_be: The composed total the ledger would have reached.
+        rule: The name of the composition rule that made the decision.
+    """
+
+    def __init__(
+        self,
+        requested: PrivacyCost,
+        spent: PrivacyCost,
+        budget: Budget,
+        would_be: PrivacyCost,
+        rule: str,
+    ) -> None:
+        self.requested = requested
+        self.spent = spent
+        self.budget = budget
+        self.would_be = would_be
+        self.rule = rule
+        super().__init__(
+            f"refused: this charge costs {requested}; {spent} is already spent, and "
+            f"under the {rule!r} rule the total would be {would_be}, over the budget "
+            f"{budget}. Nothing was recorded and the query did not run; ask for less "
+            "(a smaller epsilon or delta, or fewer repetitions) or use a new budget."
+        )
+
+
+class UnsupportedChargeError(DPAccountError):
+    """A rule, relation or sampling scheme cannot compose this charge.
+
+    The message names the part of the charge that is not supported and why (for
+    example a fixed-plan rule asked to take a charge outside its declared plan).
+    """
+
+
+class ConfigError(DPAccountError, ValueError):
+    """Invalid configuration: an unknown rule, an unknown URL scheme, a bad plan."""
+
+
+class StorageError(DPAccountError):
+    """The ledger's store failed; the query was refused (the store fails closed)."""
+
+
+class LedgerConflictError(StorageError):
+    """A concurrent writer appended first; the caller may reload and retry."""
+
+
+class LedgerCorruptError(StorageError):
+    """A stored record fails validation or the hash chain is broken.
+
+    Attributes:
+        seq: The sequence number of the first bad record, if known.
+    """
+
+    def __init__(self, message: str, seq: int | None = None) -> None:
+        self.seq = seq
+        super().__init__(message)
+
+
+def missing_extra(module: str, extra: str) -> ImportError:
+    """Build the :class:`ImportError` for an optional dependency that is not installed.
+
+    Args:
+        module: The module that failed to import (e.g. ``"psycopg"``).
+        extra: The dpaccount extra that provides it (e.g. ``"postgres"``).
+
+    Returns:
+        An ImportError whose message holds the exact install command.
+
+    Example:
+        >>> str(missing_extra("matplotlib", "plot"))
+        'matplotlib is not installed; install it with: pip install "dpaccount[plot]"'
+    """
+    return ImportError(
+        f'{module} is not installed; install it with: pip install "dpaccount[{extra}]"'
+    )
