@@ -123,15 +123,18 @@ ZERO_COST = _trusted(ZERO, ZERO)
 
 
 def _budget_epsilon(value: Any) -> Fraction | None:
-    if value is None:
+    if value is _UNLIMITED:
         return None
-    if isinstance(value, float) and value == float("inf"):
+    if value is None or (isinstance(value, float) and value == float("inf")):
         raise InvalidCostError(
             "epsilon",
             value,
             "an infinite budget must be explicit: use Budget.unlimited() (tracking only)",
         )
     return check_epsilon(value)
+
+
+_UNLIMITED = object()
 
 
 @attrs.frozen(repr=False)
@@ -155,7 +158,7 @@ class Budget:
     @classmethod
     def unlimited(cls, delta: Any = 0) -> Budget:
         """A budget with no epsilon limit: the ledger only tracks what is spent."""
-        return cls(None, delta)
+        return cls(_UNLIMITED, delta)
 
     @property
     def is_unlimited(self) -> bool:

@@ -9,6 +9,7 @@ working for invalid input::
     │                                                  bad rate, bool or str where a number is due
     ├── BudgetExceededError(DPAccountError)            .requested .spent .budget
     ├── UnsupportedChargeError(DPAccountError)         a rule or relation cannot compose a charge
+    ├── DuplicateQueryError(DPAccountError)            a query_id was already charged; .record
     ├── ConfigError(DPAccountError, ValueError)        invalid configuration (wraps pydantic)
     └── StorageError(DPAccountError)
         ├── LedgerConflictError                        a concurrent writer won; retryable
@@ -29,6 +30,7 @@ __all__ = [
     "BudgetExceededError",
     "ConfigError",
     "DPAccountError",
+    "DuplicateQueryError",
     "InvalidCostError",
     "LedgerConflictError",
     "LedgerCorruptError",
@@ -99,6 +101,28 @@ class UnsupportedChargeError(DPAccountError):
     The message names the part of the charge that is not supported and why (for
     example a fixed-plan rule asked to take a charge outside its declared plan).
     """
+
+
+class DuplicateQueryError(DPAccountError):
+    """A charge carried a ``query_id`` that the ledger already holds.
+
+    Retrying a query with the same id never charges twice, and it must not run the query
+    again either (fresh noise for free would leak more). The original record is kept
+    in :attr:`record`.
+
+    Attributes:
+        query_id: The repeated id.
+        record: The record of the first charge with that id.
+    """
+
+    def __init__(self, query_id: str, record: Any) -> None:
+        self.query_id = query_id
+        self.record = record
+        super().__init__(
+            f"query_id {query_id!r} was already charged (record {record.seq}); it is not "
+            "charged again and the query must not be re-run. Use the first answer, or a "
+            "new query_id for a new query."
+        )
 
 
 class ConfigError(DPAccountError, ValueError):

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from dpaccount.charges import Atom, Charge, atoms
 from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.errors import UnsupportedChargeError
 
 __all__ = ["Adaptivity", "Rule"]
 
@@ -82,6 +83,17 @@ class Rule(abc.ABC, Generic[State]):
         for atom, count in atoms(charge):
             state = self.add(state, atom, count)
         return state
+
+    def remaining(self, state: State, budget: Budget, k: int) -> Budget:
+        """The largest per-query cost such that ``k`` more equal charges fit.
+
+        Rules override this with their own inverse; the result must err toward privacy
+        (re-checked with :meth:`admits` after solving).
+
+        Raises:
+            UnsupportedChargeError: The rule offers no inverse.
+        """
+        raise UnsupportedChargeError(f"the {self.name!r} rule does not compute remaining(k)")
 
     def describe(self) -> dict[str, Any]:
         """What is stored with a ledger to identify this rule and its parameters."""

@@ -65,9 +65,23 @@ class BasicRule(Rule[BasicState]):
         return _trusted(state.epsilon, state.delta)
 
     def admits(self, state: BasicState, budget: Budget) -> bool:
-        if budget.epsilon is not None and state.epsilon > budget.epsilon:
+        # Exact cross-multiplied comparisons (denominators are positive): the same as
+        # Fraction's <= without its type dispatch, on the per-charge path.
+        eps, limit = state.epsilon, budget.epsilon
+        if limit is not None and eps.numerator * limit.denominator > (
+            limit.numerator * eps.denominator
+        ):
             return False
-        return state.delta <= budget.delta
+        delta, dlimit = state.delta, budget.delta
+        return delta.numerator * dlimit.denominator <= dlimit.numerator * delta.denominator
+
+
+    def remaining(self, state: BasicState, budget: Budget, k: int) -> Budget:
+        """(budget - spent) / k in each coordinate, exactly (0 when over)."""
+        delta = max(budget.delta - state.delta, Fraction(0)) / k
+        if budget.epsilon is None:
+            return Budget.unlimited(delta)
+        return Budget(max(budget.epsilon - state.epsilon, Fraction(0)) / k, delta)
 
 
 def basic(costs: Iterable[Charge]) -> PrivacyCost:

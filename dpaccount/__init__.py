@@ -1,0 +1,62 @@
+"""dpaccount: a differential-privacy budget guard.
+
+Mechanisms state their privacy cost before they run; an :class:`Accountant` composes the
+costs with a proven rule and refuses any query that would exceed the budget, before the
+query touches data. Budgets and sums are exact.
+
+Example:
+    >>> import dpaccount
+    >>> acct = dpaccount.Accountant(dpaccount.Budget(1, "1e-6"))
+    >>> acct.charge(dpaccount.PrivacyCost("0.5")).cost
+    PrivacyCost(epsilon=0.5, delta=0)
+"""
+
+from dpaccount.accountant import Accountant
+from dpaccount.charges import (
+    GaussianCharge,
+    LaplaceCharge,
+    Parallel,
+    Relation,
+    Repeated,
+    Scheme,
+    Subsampled,
+)
+from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.errors import (
+    BudgetExceededError,
+    ConfigError,
+    DPAccountError,
+    DuplicateQueryError,
+    InvalidCostError,
+    LedgerConflictError,
+    LedgerCorruptError,
+    StorageError,
+    UnsupportedChargeError,
+)
+from dpaccount.records import LedgerRecord
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Accountant",
+    "Budget",
+    "BudgetExceededError",
+    "ConfigError",
+    "DPAccountError",
+    "DuplicateQueryError",
+    "GaussianCharge",
+    "InvalidCostError",
+    "LaplaceCharge",
+    "LedgerConflictError",
+    "LedgerCorruptError",
+    "LedgerRecord",
+    "Parallel",
+    "PrivacyCost",
+    "Relation",
+    "Repeated",
+    "Scheme",
+    "StorageError",
+    "Subsampled",
+    "UnsupportedChargeError",
+    "__version__",
+]

@@ -1,0 +1,336 @@
+"""The Accountant: a budget ledger that refuses a charge before the query runs.
+
+Example:
+    >>> acct = Accountant(Budget(1))
+    >>> acct.charge(PrivacyCost("0.75"), label="count").seq
+    0
+    >>> acct.spent
+    PrivacyCost(epsilon=0.75, delta=0)
+    >>> acct.charge(PrivacyCost("0.5"))
+    Traceback (most recent call last):
+    ...
+    dpaccount.errors.BudgetExceededError: refused: this charge costs (ε=0.5, δ=0); ...
+    >>> acct.remaining()
+    Budget(epsilon=0.25, delta=0)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Any, TypeVar
+
+from dpaccount._numeric import check_count
+from dpaccount.charges import Charge, Relation, cost_of, relation_of
+from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
+from dpaccount.composition import Rule, make_rule
+from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.errors import (
+    BudgetExceededError,
+    ConfigError,
+    DuplicateQueryError,
+    InvalidCostError,
+    LedgerConflictError,
+    LedgerCorruptError,
+    UnsupportedChargeError,
+)
+from dpaccount.mechanisms.base import Mechanism
+from dpaccount.records import LedgerMeta, LedgerRecord
+from dpaccount.storage.base import Store
+from dpaccount.storage.memory import MemoryStore
+
+__all__ = ["Accountant"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: How many times a charge is retried after losing a compare-and-append race before the
+#: store's conflict is reported. Each retry folds in the winners' records first.
+_MAX_CONFLICT_RETRIES = 10_000
+
+
+def _as_budget(budget: Any) -> Budget:
+    if isinstance(budget, Budget):
+        return budget
+    if isinstance(budget, PrivacyCost):
+        return Budget(budget.epsilon, budget.delta)
+    if isinstance(budget, tuple) and len(budget) == 2:
+        return Budget(*budget)
+    return Budget(budget)
+
+
+class Accountant:
+    """A privacy-budget ledger that checks and records each charge in one atomic step.
+
+    A charge is admitted only if the composed total, under the accountant's rule, stays
+    within the budget; otherwise :class:`~dpaccount.errors.BudgetExceededError` is raised
+    and nothing changes. The running state of the rule is kept, so a charge costs O(1)
+    whatever the ledger's length. The default rule, ``"basic"``, is valid even when each
+    query's epsilon and delta are chosen at run time (Rogers, Roth, Ullman and Vadhan
+    2016, Thm 3.6).
+
+    Args:
+        budget: The total budget: a :class:`Budget`, a number (epsilon only) or an
+            ``(epsilon, delta)`` tuple.
+        rule: A rule name (``"basic"`` and those in :data:`dpaccount.composition.RULES`)
+            or a :class:`~dpaccount.composition.Rule`.
+        store: Where records live; an in-memory store by default.
+        relation: The neighbouring relation all charges are stated for.
+        name: The ledger's name (stored with it).
+        plan: A declared plan, required by fixed-plan rules.
+        rule_options: Further keyword arguments for the rule.
+
+    Raises:
+        ConfigError: Unknown rule, a store whose ledger was created with another budget,
+            rule or relation.
+        InvalidCostError: An invalid budget.
+    """
+
+    def __init__(
+        self,
+        budget: Any,
+        *,
+        rule: str | Rule[Any] = "basic",
+        store: Store | None = None,
+        relation: Relation | str = Relation.ADD_REMOVE,
+        name: str = "default",
+        plan: Any = None,
+        rule_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._budget = _as_budget(budget)
+        try:
+            self._relation = Relation(relation)
+        except ValueError:
+            raise ConfigError(
+                f"unknown relation {relation!r}; use 'add_remove' or 'substitution'"
+            ) from None
+        options = dict(rule_options or {})
+        if plan is not None:
+            options["plan"] = plan
+        self._rule: Rule[Any] = make_rule(rule, **options)
+        self._store: Store = store if store is not None else MemoryStore()
+        self._lock = threading.RLock()
+        meta = LedgerMeta.build(name, self._budget, self._rule.describe(), self._relation)
+        stored = self._store.initialize(meta)
+        if stored != meta:
+            raise ConfigError(
+                f"ledger {name!r} was created with budget {stored.budget}, rule "
+                f"{stored.rule}, relation {stored.relation.value}; this accountant asks "
+                f"for budget {self._budget}, rule {meta.rule}, relation "
+                f"{self._relation.value}. Open it with the stored settings (or migrate "
+                "it explicitly)."
+            )
+        self._meta = stored
+        self._state: Any = self._rule.start()
+        self._head = 0
+        self._catch_up()
+
+    # -- reading --------------------------------------------------------------------
+
+    @property
+    def budget(self) -> Budget:
+        """The ledger's total budget."""
+        return self._budget
+
+    @property
+    def rule(self) -> Rule[Any]:
+        """The composition rule in force."""
+        return self._rule
+
+    @property
+    def relation(self) -> Relation:
+        """The neighbouring relation every charge is stated for."""
+        return self._relation
+
+    @property
+    def store(self) -> Store:
+        """The store that holds the records."""
+        return self._store
+
+    @property
+    def spent(self) -> PrivacyCost:
+        """The composed total of every recorded charge (a proven upper bound)."""
+        with self._lock:
+            self._catch_up()
+            return self._rule.total(self._state)
+
+    @property
+    def records(self) -> Sequence[LedgerRecord]:
+        """Every recorded charge, in order."""
+        with self._lock:
+            self._catch_up()
+            return self._store.read()
+
+    def remaining(self, k: int = 1) -> Budget:
+        """The largest per-query cost such that ``k`` more equal queries fit.
+
+        For the basic rule this is exact: (budget - spent) / k in each coordinate. Other
+        rules solve their own inverse and err toward privacy.
+
+        Example:
+            >>> acct = Accountant((1, "1e-6"))
+            >>> acct.remaining(4)
+            Budget(epsilon=0.25, delta=2.5e-07)
+        """
+        k = check_count(k, "k")
+        with self._lock:
+            self._catch_up()
+            return self._rule.remaining(self._state, self._budget, k)
+
+    def can_afford(self, charge: Charge | Mechanism) -> bool:
+        """Whether ``charge`` would be admitted now (nothing is recorded)."""
+        charge = self._as_charge(charge)
+        with self._lock:
+            self._catch_up()
+            return bool(self._rule.admits(self._rule.extend(self._state, charge), self._budget))
+
+    # -- charging -------------------------------------------------------------------
+
+    def charge(
+        self,
+        charge: Charge | Mechanism,
+        *,
+        label: str | None = None,
+        query_id: str | None = None,
+    ) -> LedgerRecord:
+        """Check a charge against the budget and record it, as one atomic step.
+
+        Args:
+            charge: A :class:`PrivacyCost`, a charge from :mod:`dpaccount.charges`, or a
+                mechanism (its ``.charge`` is used).
+            label: A label stored with the record.
+            query_id: An idempotency key: a second charge with the same key is refused
+                with :class:`~dpaccount.errors.DuplicateQueryError` (it never charges
+                twice, and the query must not be re-run for fresh noise).
+
+        Returns:
+            The stored record (``.seq``, ``.label``, ``.cost``, ``.timestamp``).
+
+        Raises:
+            BudgetExceededError: The total would exceed the budget; nothing changed.
+            UnsupportedChargeError: The rule or relation cannot compose this charge.
+            InvalidCostError: The charge is not a valid charge.
+            StorageError: The store failed; nothing was recorded (fail closed).
+        """
+        charge = self._as_charge(charge)
+        cost = cost_of(charge)
+        _revalidate(cost)
+        if label is not None and not isinstance(label, str):
+            raise InvalidCostError("label", label, "must be a string or None")
+        with self._lock:
+            for _attempt in range(_MAX_CONFLICT_RETRIES):
+                if query_id is not None:
+                    self._refuse_duplicate(query_id)
+                new_state = self._rule.extend(self._state, charge)
+                if not self._rule.admits(new_state, self._budget):
+                    raise BudgetExceededError(
+                        requested=cost,
+                        spent=self._rule.total(self._state),
+                        budget=self._budget,
+                        would_be=self._rule.total(new_state),
+                        rule=self._rule.name,
+                    )
+                record = LedgerRecord(
+                    seq=self._head,
+                    label=label,
+                    charge=charge,
+                    cost=cost,
+                    rule=self._rule.name,
+                    timestamp=datetime.now(UTC),
+                    query_id=query_id,
+                )
+                try:
+                    self._store.append(self._head, record)
+                except LedgerConflictError:
+                    before = self._head
+                    self._catch_up()
+                    if query_id is not None:
+                        self._refuse_duplicate(query_id)
+                    if self._head == before:
+                        raise
+                    continue
+                self._state = new_state
+                self._head += 1
+                return record
+        raise LedgerConflictError(
+            f"gave up after {_MAX_CONFLICT_RETRIES} lost races; nothing was recorded"
+        )
+
+    # -- wrapping user code ---------------------------------------------------------
+
+    def guard(self, mechanism: Mechanism, *, label: str | None = None) -> Callable[[F], F]:
+        """Decorate a query: charge first, run it only if admitted, then add noise.
+
+        See :func:`dpaccount.guard.guard` for the full contract (sync and async).
+        """
+        from dpaccount.guard import guard
+
+        return guard(self, mechanism, label=label)
+
+    def run(self, mechanism: Mechanism, query: Callable[..., Any], /, *args: Any,
+            **kwargs: Any) -> Any:
+        """Charge ``mechanism``, then run ``query(*args, **kwargs)`` and release its result.
+
+        See :func:`dpaccount.guard.run`.
+        """
+        from dpaccount.guard import run
+
+        return run(self, mechanism, query, *args, **kwargs)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _as_charge(self, charge: Any) -> Charge:
+        if type(charge) is PrivacyCost:  # the common case, without the ABC checks below
+            return charge
+        if isinstance(charge, Mechanism):
+            charge = charge.charge
+        if not isinstance(charge, CHARGE_TYPES):
+            raise InvalidCostError(
+                "charge",
+                charge,
+                "expected a PrivacyCost, a charge from dpaccount.charges, or a mechanism",
+            )
+        needed = relation_of(charge)
+        if needed is not None and needed is not self._relation:
+            raise UnsupportedChargeError(
+                f"this charge is stated for {needed.value} neighbours, but the ledger uses "
+                f"{self._relation.value}; declare the charge for {self._relation.value} "
+                "(or use a sampling scheme proven for it)"
+            )
+        return charge  # type: ignore[no-any-return]
+
+    def _refuse_duplicate(self, query_id: str) -> None:
+        existing = self._store.find(query_id)
+        if existing is not None:
+            raise DuplicateQueryError(query_id, existing)
+
+    def _catch_up(self) -> None:
+        """Fold in records appended by other writers since this accountant's head."""
+        if self._store.head() == self._head:
+            return
+        for record in self._store.read(self._head):
+            if record.seq != self._head:
+                raise LedgerCorruptError(
+                    f"expected record {self._head}, read record {record.seq}", seq=record.seq
+                )
+            self._state = self._rule.extend(self._state, record.charge)
+            self._head += 1
+
+    def __repr__(self) -> str:
+        return (
+            f"Accountant(budget={self._budget!r}, rule={self._rule.name!r}, "
+            f"spent={self.spent!r}, records={self._head})"
+        )
+
+
+def _revalidate(cost: PrivacyCost) -> None:
+    """Check a cost again as it enters the ledger (values can be forged past attrs)."""
+    eps, delta = cost.epsilon, cost.delta
+    if type(eps) is not Fraction or type(delta) is not Fraction:
+        raise InvalidCostError("charge", cost, "epsilon and delta must be exact values")
+    # Fractions are normalised with a positive denominator: compare numerators directly.
+    if eps.numerator < 0:
+        raise InvalidCostError("epsilon", eps, "must be >= 0")
+    if delta.numerator < 0 or delta.numerator >= delta.denominator:
+        raise InvalidCostError("delta", delta, "must be in [0, 1)")

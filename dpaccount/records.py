@@ -1,0 +1,300 @@
+"""Ledger records and ledger metadata, and their closed-world serialised form.
+
+A :class:`LedgerRecord` is one accepted charge. In memory it is an attrs value holding
+the charge object itself; on disk it is the pydantic :class:`RecordModel`, a
+discriminated union on ``kind`` with a ``schema_version``. Decoding never imports code
+named by stored data: only the charge kinds listed here can be read back. Exact numbers
+are stored as ``"numerator/denominator"`` strings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from fractions import Fraction
+from typing import Annotated, Any, Literal
+
+import attrs
+import pydantic
+
+from dpaccount.charges import (
+    Charge,
+    GaussianCharge,
+    LaplaceCharge,
+    Parallel,
+    Relation,
+    Repeated,
+    Scheme,
+    Subsampled,
+)
+from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.errors import InvalidCostError, LedgerCorruptError
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "LedgerMeta",
+    "LedgerRecord",
+    "RecordModel",
+    "canonical_bytes",
+    "chain_hash",
+    "decode_charge",
+    "decode_record",
+    "encode_charge",
+    "encode_record",
+]
+
+#: The version of the serialised record and metadata format.
+SCHEMA_VERSION = 1
+
+#: The hash that precedes the first record of every ledger.
+GENESIS_HASH = "0" * 64
+
+
+@attrs.frozen
+class LedgerRecord:
+    """One accepted charge, as the ledger keeps it.
+
+    Attributes:
+        seq: Position in the ledger, from 0.
+        label: The caller's label (e.g. the guarded function's name), or None.
+        charge: The charge as given (a PrivacyCost or a charge from dpaccount.charges).
+        cost: Its (epsilon, delta) guarantee on its own, by basic composition.
+        rule: The name of the rule that admitted it.
+        timestamp: When it was recorded (UTC).
+        query_id: The caller's idempotency key, or None.
+    """
+
+    seq: int
+    label: str | None
+    charge: Charge
+    cost: PrivacyCost
+    rule: str
+    timestamp: datetime
+    query_id: str | None = None
+
+
+def _frac(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _unfrac(text: str) -> Fraction:
+    num, _, den = text.partition("/")
+    return Fraction(int(num), int(den or "1"))
+
+
+Exact = Annotated[str, pydantic.Field(pattern=r"^-?\d+(/\d+)?$")]
+
+
+class _Strict(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+class CostModel(_Strict):
+    """Serialised :class:`~dpaccount.costs.PrivacyCost`."""
+
+    kind: Literal["cost"] = "cost"
+    epsilon: Exact
+    delta: Exact
+
+
+class LaplaceModel(_Strict):
+    """Serialised :class:`~dpaccount.charges.LaplaceCharge`."""
+
+    kind: Literal["laplace"] = "laplace"
+    scale: Exact
+    sensitivity: Exact
+
+
+class GaussianModel(_Strict):
+    """Serialised :class:`~dpaccount.charges.GaussianCharge`."""
+
+    kind: Literal["gaussian"] = "gaussian"
+    sigma: Exact
+    sensitivity: Exact
+    epsilon: Exact
+
+
+class SubsampledModel(_Strict):
+    """Serialised :class:`~dpaccount.charges.Subsampled`."""
+
+    kind: Literal["subsampled"] = "subsampled"
+    charge: ChargeModel
+    rate: Exact
+    scheme: Scheme
+
+
+class ParallelModel(_Strict):
+    """Serialised :class:`~dpaccount.charges.Parallel`."""
+
+    kind: Literal["parallel"] = "parallel"
+    partitions: list[ChargeModel]
+    relation: Relation
+
+
+class RepeatedModel(_Strict):
+    """Serialised :class:`~dpaccount.charges.Repeated`."""
+
+    kind: Literal["repeated"] = "repeated"
+    charge: ChargeModel
+    count: int
+
+
+ChargeModel = Annotated[
+    CostModel | LaplaceModel | GaussianModel | SubsampledModel | ParallelModel | RepeatedModel,
+    pydantic.Field(discriminator="kind"),
+]
+
+for _model in (SubsampledModel, ParallelModel, RepeatedModel):
+    _model.model_rebuild()
+
+
+class RecordModel(_Strict):
+    """Serialised :class:`LedgerRecord` with its place in the hash chain."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    seq: int = pydantic.Field(ge=0)
+    label: str | None
+    charge: ChargeModel
+    cost: CostModel
+    rule: str
+    timestamp: datetime
+    query_id: str | None = None
+
+
+class LedgerMeta(_Strict):
+    """What a ledger is: stored once with it and compared on every open.
+
+    Attributes:
+        name: The ledger's name (one per dataset).
+        budget_epsilon: Exact epsilon budget, or None for tracking only.
+        budget_delta: Exact delta budget.
+        rule: The rule's ``describe()`` dictionary (its name and parameters).
+        relation: The neighbouring relation of every charge.
+        schema_version: The record format version.
+    """
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str = pydantic.Field(min_length=1)
+    budget_epsilon: Exact | None
+    budget_delta: Exact
+    rule: dict[str, Any]
+    relation: Relation
+
+    @property
+    def budget(self) -> Budget:
+        """The budget as a value."""
+        if self.budget_epsilon is None:
+            return Budget.unlimited(_unfrac(self.budget_delta))
+        return Budget(_unfrac(self.budget_epsilon), _unfrac(self.budget_delta))
+
+    @classmethod
+    def build(
+        cls, name: str, budget: Budget, rule: dict[str, Any], relation: Relation
+    ) -> LedgerMeta:
+        """Describe a ledger from its values."""
+        return cls(
+            name=name,
+            budget_epsilon=None if budget.epsilon is None else _frac(budget.epsilon),
+            budget_delta=_frac(budget.delta),
+            rule=rule,
+            relation=relation,
+        )
+
+
+def encode_charge(charge: Charge) -> ChargeModel:
+    """The serialised form of a charge."""
+    if isinstance(charge, PrivacyCost):
+        return CostModel(epsilon=_frac(charge.epsilon), delta=_frac(charge.delta))
+    if isinstance(charge, LaplaceCharge):
+        return LaplaceModel(scale=_frac(charge.scale), sensitivity=_frac(charge.sensitivity))
+    if isinstance(charge, GaussianCharge):
+        return GaussianModel(
+            sigma=_frac(charge.sigma),
+            sensitivity=_frac(charge.sensitivity),
+            epsilon=_frac(charge.epsilon),
+        )
+    if isinstance(charge, Subsampled):
+        return SubsampledModel(
+            charge=encode_charge(charge.charge), rate=_frac(charge.rate), scheme=charge.scheme
+        )
+    if isinstance(charge, Parallel):
+        return ParallelModel(
+            partitions=[encode_charge(p) for p in charge.partitions], relation=charge.relation
+        )
+    if isinstance(charge, Repeated):
+        return RepeatedModel(charge=encode_charge(charge.charge), count=charge.count)
+    raise InvalidCostError("charge", charge, "this kind of charge cannot be stored")
+
+
+def decode_charge(model: ChargeModel) -> Charge:
+    """Rebuild a charge from its serialised form (validating it again)."""
+    if isinstance(model, CostModel):
+        return PrivacyCost(_unfrac(model.epsilon), _unfrac(model.delta))
+    if isinstance(model, LaplaceModel):
+        return LaplaceCharge(_unfrac(model.scale), _unfrac(model.sensitivity))
+    if isinstance(model, GaussianModel):
+        return GaussianCharge(
+            _unfrac(model.sigma), _unfrac(model.sensitivity), _unfrac(model.epsilon)
+        )
+    if isinstance(model, SubsampledModel):
+        return Subsampled(decode_charge(model.charge), _unfrac(model.rate), model.scheme)
+    if isinstance(model, ParallelModel):
+        return Parallel([decode_charge(p) for p in model.partitions], model.relation)
+    return Repeated(decode_charge(model.charge), model.count)
+
+
+def encode_record(record: LedgerRecord) -> RecordModel:
+    """The serialised form of a record."""
+    cost = record.cost
+    return RecordModel(
+        seq=record.seq,
+        label=record.label,
+        charge=encode_charge(record.charge),
+        cost=CostModel(epsilon=_frac(cost.epsilon), delta=_frac(cost.delta)),
+        rule=record.rule,
+        timestamp=record.timestamp,
+        query_id=record.query_id,
+    )
+
+
+def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRecord:
+    """Validate and rebuild a record; any defect raises :class:`LedgerCorruptError`."""
+    try:
+        if isinstance(data, RecordModel):
+            model = data
+        elif isinstance(data, dict):
+            model = RecordModel.model_validate(data)
+        else:
+            model = RecordModel.model_validate_json(data)
+        charge = decode_charge(model.charge)
+        cost = PrivacyCost(_unfrac(model.cost.epsilon), _unfrac(model.cost.delta))
+    except (pydantic.ValidationError, InvalidCostError, ValueError, ZeroDivisionError) as exc:
+        raise LedgerCorruptError(f"a stored record is invalid: {exc}") from exc
+    from dpaccount.charges import cost_of
+
+    if cost_of(charge) != cost:
+        raise LedgerCorruptError(
+            f"record {model.seq}: the stored cost {cost} does not match its charge",
+            seq=model.seq,
+        )
+    return LedgerRecord(
+        seq=model.seq,
+        label=model.label,
+        charge=charge,
+        cost=cost,
+        rule=model.rule,
+        timestamp=model.timestamp.astimezone(UTC),
+        query_id=model.query_id,
+    )
+
+
+def canonical_bytes(record: LedgerRecord) -> bytes:
+    """A canonical encoding of a record: sorted keys, no spaces, UTF-8."""
+    payload = encode_record(record).model_dump(mode="json")
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+def chain_hash(prev_hash: str, record: LedgerRecord) -> str:
+    """SHA-256 of the previous hash followed by the record's canonical encoding."""
+    return hashlib.sha256(prev_hash.encode() + b"\n" + canonical_bytes(record)).hexdigest()
