@@ -58,7 +58,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skip 10^6 for diffprivlib")
     args = parser.parse_args()
     dpl = _load_diffprivlib()
-    print(f"{'records':>9} {'dpaccount us':>13} {'diffprivlib us':>15} {'diffprivlib/dpaccount':>22}")
+    print(f"{'records':>9} {'dpaccount us':>13} {'diffprivlib us':>15} "
+          f"{'diffprivlib/dpaccount':>22}")
     base = None
     for exp in (2, 4, 6):
         existing = 10**exp

@@ -25,24 +25,24 @@ from scipy import special
 from dpaccount.errors import InvalidCostError
 
 __all__ = [
-    "ZERO",
     "ONE",
-    "to_fraction",
-    "up",
-    "down",
-    "float_up",
-    "float_down",
-    "exp_up",
-    "log_up",
-    "sqrt_up",
-    "check_epsilon",
-    "check_delta",
-    "check_rate",
-    "check_positive",
+    "ZERO",
     "check_count",
+    "check_delta",
+    "check_epsilon",
+    "check_positive",
+    "check_rate",
+    "down",
+    "exp_up",
+    "float_down",
+    "float_up",
     "gaussian_delta_up",
     "laplace_epsilon_up",
     "log1p_expm1_scaled_up",
+    "log_up",
+    "sqrt_up",
+    "to_fraction",
+    "up",
 ]
 
 ZERO = Fraction(0)
@@ -96,7 +96,9 @@ def to_fraction(value: Any, field: str) -> Fraction:
                 return Fraction(text)
             except (ValueError, ZeroDivisionError):
                 raise InvalidCostError(
-                    field, value, "is not a number (use a decimal like '0.1' or a ratio like '1/10')"
+                    field,
+                    value,
+                    "is not a number (use a decimal like '0.1' or a ratio like '1/10')",
                 ) from None
         if not dec.is_finite():
             raise InvalidCostError(field, value, "must be a finite number")

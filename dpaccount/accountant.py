@@ -23,8 +23,8 @@ from fractions import Fraction
 from typing import Any, TypeVar
 
 from dpaccount._numeric import check_count
-from dpaccount.charges import Charge, Relation, cost_of, relation_of
 from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
+from dpaccount.charges import Charge, Relation, cost_of, relation_of
 from dpaccount.composition import Rule, make_rule
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import (
@@ -298,7 +298,7 @@ class Accountant:
                 f"{self._relation.value}; declare the charge for {self._relation.value} "
                 "(or use a sampling scheme proven for it)"
             )
-        return charge  # type: ignore[no-any-return]
+        return charge
 
     def _refuse_duplicate(self, query_id: str) -> None:
         existing = self._store.find(query_id)

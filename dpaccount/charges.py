@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from typing import Any, TypeAlias
 
@@ -75,6 +75,26 @@ class Scheme(enum.StrEnum):
     WITHOUT_REPLACEMENT = "without_replacement"
 
 
+def _scale(value: Any) -> Fraction:
+    return check_positive(value, "scale")
+
+
+def _sensitivity(value: Any) -> Fraction:
+    return check_positive(value, "sensitivity")
+
+
+def _sigma(value: Any) -> Fraction:
+    return check_positive(value, "sigma")
+
+
+def _partitions(value: Iterable[Charge]) -> tuple[Charge, ...]:
+    return tuple(value)
+
+
+def _count(value: Any) -> int:
+    return check_count(value, "count")
+
+
 #: The relation each sampling scheme's amplification theorem is proven for
 #: (Balle, Barthe and Gaboardi 2018, Table 1 and Thms 8 and 9).
 SCHEME_RELATION = {
@@ -95,8 +115,8 @@ class LaplaceCharge:
         PrivacyCost(epsilon=0.1, delta=0)
     """
 
-    scale: Fraction = attrs.field(converter=lambda v: check_positive(v, "scale"))
-    sensitivity: Fraction = attrs.field(converter=lambda v: check_positive(v, "sensitivity"))
+    scale: Fraction = attrs.field(converter=_scale)
+    sensitivity: Fraction = attrs.field(converter=_sensitivity)
 
     @property
     def cost(self) -> PrivacyCost:
@@ -118,8 +138,8 @@ class GaussianCharge:
         True
     """
 
-    sigma: Fraction = attrs.field(converter=lambda v: check_positive(v, "sigma"))
-    sensitivity: Fraction = attrs.field(converter=lambda v: check_positive(v, "sensitivity"))
+    sigma: Fraction = attrs.field(converter=_sigma)
+    sensitivity: Fraction = attrs.field(converter=_sensitivity)
     epsilon: Fraction = attrs.field(converter=check_epsilon)
 
     @property
@@ -186,7 +206,7 @@ class Parallel:
         PrivacyCost(epsilon=5, delta=0)
     """
 
-    partitions: tuple[Charge, ...] = attrs.field(converter=tuple)
+    partitions: tuple[Charge, ...] = attrs.field(converter=_partitions)
     relation: Relation = attrs.field(default=Relation.ADD_REMOVE, converter=Relation)
 
     @partitions.validator
@@ -221,7 +241,7 @@ class Repeated:
     """
 
     charge: Charge = attrs.field()
-    count: int = attrs.field(converter=lambda v: check_count(v, "count"))
+    count: int = attrs.field(converter=_count)
 
     @charge.validator
     def _check_inner(self, _attribute: Any, value: Any) -> None:

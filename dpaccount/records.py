@@ -13,7 +13,7 @@ import hashlib
 import json
 from datetime import UTC, datetime
 from fractions import Fraction
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import attrs
 import pydantic
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: The version of the serialised record and metadata format.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 #: The hash that precedes the first record of every ledger.
 GENESIS_HASH = "0" * 64
@@ -240,7 +240,7 @@ def decode_charge(model: ChargeModel) -> Charge:
     if isinstance(model, SubsampledModel):
         return Subsampled(decode_charge(model.charge), _unfrac(model.rate), model.scheme)
     if isinstance(model, ParallelModel):
-        return Parallel([decode_charge(p) for p in model.partitions], model.relation)
+        return Parallel(tuple(decode_charge(p) for p in model.partitions), model.relation)
     return Repeated(decode_charge(model.charge), model.count)
 
 

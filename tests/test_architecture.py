@@ -1,4 +1,4 @@
-"""The one import direction of ARCHITECTURE.md: values <- rules <- mechanisms <- stateful <- edges."""
+"""The one import direction: values <- rules <- mechanisms <- stateful <- edges."""
 
 from __future__ import annotations
 

@@ -28,9 +28,9 @@ def test_every_public_name_exists_and_is_documented() -> None:
         assert inspect.getdoc(obj), f"{name} has no docstring"
         if inspect.isclass(obj):
             for attr, member in vars(obj).items():
-                if attr.startswith("_") or not callable(member) and not isinstance(
+                if attr.startswith("_") or (not callable(member) and not isinstance(
                     member, property
-                ):
+                )):
                     continue
                 assert inspect.getdoc(member), f"{name}.{attr} has no docstring"
 

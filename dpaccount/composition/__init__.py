@@ -13,7 +13,7 @@ from dpaccount.composition.base import Adaptivity, Rule
 from dpaccount.composition.basic import BasicRule, basic
 from dpaccount.errors import ConfigError
 
-__all__ = ["Adaptivity", "BasicRule", "Rule", "RULES", "basic", "make_rule"]
+__all__ = ["RULES", "Adaptivity", "BasicRule", "Rule", "basic", "make_rule"]
 
 #: Rule factories by name. Each takes the keyword arguments its rule needs (a declared
 #: plan, a slack delta, ...).
