@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -26,10 +27,11 @@ from dpaccount._numeric import check_count
 from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
 from dpaccount.charges import Charge, Relation, cost_of, relation_of
 from dpaccount.composition import Rule, make_rule
-from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.costs import Budget, PrivacyCost, format_number
 from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
+    DeltaWarning,
     DuplicateQueryError,
     InvalidCostError,
     LedgerConflictError,
@@ -80,6 +82,10 @@ class Accountant:
         name: The ledger's name (stored with it).
         plan: A declared plan, required by fixed-plan rules.
         rule_options: Further keyword arguments for the rule.
+        dataset_size: The number of records n, if known. Then a charge that would take
+            the total delta to 1/n or more is refused, and a budget whose delta is at
+            least 1/n gives a :class:`~dpaccount.errors.DeltaWarning` (delta must be
+            much smaller than 1/n: see the catastrophe mechanism in the docs).
 
     Raises:
         ConfigError: Unknown rule, a store whose ledger was created with another budget,
@@ -97,8 +103,21 @@ class Accountant:
         name: str = "default",
         plan: Any = None,
         rule_options: Mapping[str, Any] | None = None,
+        dataset_size: int | None = None,
     ) -> None:
         self._budget = _as_budget(budget)
+        self._delta_cap: Fraction | None = None
+        if dataset_size is not None:
+            self._delta_cap = Fraction(1, check_count(dataset_size, "dataset_size"))
+            if self._budget.delta >= self._delta_cap:
+                warnings.warn(
+                    f"the budget's delta {format_number(self._budget.delta)} is at least "
+                    f"1/n = 1/{dataset_size}: a mechanism could publish a whole record "
+                    "with that probability. Charges are refused once the total delta "
+                    "would reach 1/n; choose delta much smaller than 1/n.",
+                    DeltaWarning,
+                    stacklevel=2,
+                )
         try:
             self._relation = Relation(relation)
         except ValueError:
@@ -111,7 +130,9 @@ class Accountant:
         self._rule: Rule[Any] = make_rule(rule, **options)
         self._store: Store = store if store is not None else MemoryStore()
         self._lock = threading.RLock()
-        meta = LedgerMeta.build(name, self._budget, self._rule.describe(), self._relation)
+        meta = LedgerMeta.build(
+            name, self._budget, self._rule.describe(), self._relation, dataset_size
+        )
         stored = self._store.initialize(meta)
         if stored != meta:
             raise ConfigError(
@@ -231,6 +252,8 @@ class Accountant:
                         would_be=self._rule.total(new_state),
                         rule=self._rule.name,
                     )
+                if self._delta_cap is not None:
+                    self._refuse_large_delta(cost, new_state)
                 record = LedgerRecord(
                     seq=self._head,
                     label=label,
@@ -299,6 +322,20 @@ class Accountant:
                 "(or use a sampling scheme proven for it)"
             )
         return charge
+
+    def _refuse_large_delta(self, cost: PrivacyCost, new_state: Any) -> None:
+        would_be = self._rule.total(new_state)
+        cap = self._delta_cap
+        if cap is not None and would_be.delta >= cap:
+            raise BudgetExceededError(
+                requested=cost,
+                spent=self._rule.total(self._state),
+                budget=self._budget,
+                would_be=would_be,
+                rule=self._rule.name,
+                reason=f"whose delta reaches 1/n = {format_number(cap)} for the declared "
+                f"dataset size (delta must stay well below 1/n)",
+            )
 
     def _refuse_duplicate(self, query_id: str) -> None:
         existing = self._store.find(query_id)

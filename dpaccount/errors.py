@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "BudgetExceededError",
+    "DeltaWarning",
     "ConfigError",
     "DPAccountError",
     "DuplicateQueryError",
@@ -81,17 +82,19 @@ class BudgetExceededError(DPAccountError):
         budget: Budget,
         would_be: PrivacyCost,
         rule: str,
+        reason: str | None = None,
     ) -> None:
         self.requested = requested
         self.spent = spent
         self.budget = budget
         self.would_be = would_be
         self.rule = rule
+        limit = reason or f"over the budget {budget}"
         super().__init__(
             f"refused: this charge costs {requested}; {spent} is already spent, and "
-            f"under the {rule!r} rule the total would be {would_be}, over the budget "
-            f"{budget}. Nothing was recorded and the query did not run; ask for less "
-            "(a smaller epsilon or delta, or fewer repetitions) or use a new budget."
+            f"under the {rule!r} rule the total would be {would_be}, {limit}. Nothing "
+            "was recorded and the query did not run; ask for less (a smaller epsilon or "
+            "delta, or fewer repetitions) or use a new budget."
         )
 
 
@@ -147,6 +150,16 @@ class LedgerCorruptError(StorageError):
     def __init__(self, message: str, seq: int | None = None) -> None:
         self.seq = seq
         super().__init__(message)
+
+
+class DeltaWarning(UserWarning):
+    """A ledger's delta is large for its declared dataset size.
+
+    With n records, a mechanism that publishes one random record in full with
+    probability delta is (0, delta)-DP; at delta = 1/n it publishes a record on average.
+    The accountant warns when a budget's delta admits that, and refuses charges that
+    would take the total delta to 1/n or more.
+    """
 
 
 def missing_extra(module: str, extra: str) -> ImportError:

@@ -172,6 +172,7 @@ class LedgerMeta(_Strict):
         rule: The rule's ``describe()`` dictionary (its name and parameters).
         relation: The neighbouring relation of every charge.
         schema_version: The record format version.
+        dataset_size: The declared number of records n, if any (total delta < 1/n).
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -180,6 +181,7 @@ class LedgerMeta(_Strict):
     budget_delta: Exact
     rule: dict[str, Any]
     relation: Relation
+    dataset_size: int | None = pydantic.Field(default=None, ge=1)
 
     @property
     def budget(self) -> Budget:
@@ -190,7 +192,12 @@ class LedgerMeta(_Strict):
 
     @classmethod
     def build(
-        cls, name: str, budget: Budget, rule: dict[str, Any], relation: Relation
+        cls,
+        name: str,
+        budget: Budget,
+        rule: dict[str, Any],
+        relation: Relation,
+        dataset_size: int | None = None,
     ) -> LedgerMeta:
         """Describe a ledger from its values."""
         return cls(
@@ -199,6 +206,7 @@ class LedgerMeta(_Strict):
             budget_delta=_frac(budget.delta),
             rule=rule,
             relation=relation,
+            dataset_size=dataset_size,
         )
 
 

@@ -247,3 +247,18 @@ def test_unlimited_budget_tracks_only() -> None:
         acct.charge(PrivacyCost(1000))
     assert acct.spent == PrivacyCost(100_000)
     assert acct.remaining().epsilon is None
+
+
+def test_delta_reaching_one_over_n_is_refused() -> None:
+    from dpaccount.errors import DeltaWarning
+
+    acct = Accountant(Budget(10, "1e-6"), dataset_size=1000)  # 1e-6 << 1/1000: no warning
+    acct.charge(PrivacyCost(0, "1e-7"))
+    with pytest.warns(DeltaWarning, match="1/n"):
+        big = Accountant(Budget(10, "0.01"), dataset_size=100)
+    big.charge(PrivacyCost(0, "0.005"))
+    before = big.spent
+    with pytest.raises(BudgetExceededError, match="1/n"):
+        big.charge(PrivacyCost(0, "0.005"))  # total would be exactly 1/100
+    assert big.spent == before
+    big.charge(PrivacyCost(0, Fraction(1, 200) - Fraction(1, 10**12)))
