@@ -33,6 +33,7 @@ from dpaccount.errors import (
     StorageError,
     UnsupportedChargeError,
 )
+from dpaccount.ledgers import open_ledger
 from dpaccount.records import LedgerRecord
 
 __version__ = "0.1.0"
@@ -59,4 +60,5 @@ __all__ = [
     "Subsampled",
     "UnsupportedChargeError",
     "__version__",
+    "open_ledger",
 ]

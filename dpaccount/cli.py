@@ -14,12 +14,14 @@ __all__ = ["build_parser", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from dpaccount._demo import add_demo_command
+    from dpaccount.ledger_cli import add_ledger_commands
 
     parser = argparse.ArgumentParser(
         prog="dpaccount", description="A differential-privacy budget guard."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_demo_command(sub)
+    add_ledger_commands(sub)
     return parser
 
 

@@ -11,7 +11,7 @@ EXPECTED = {
     "DuplicateQueryError", "GaussianCharge", "InvalidCostError", "LaplaceCharge",
     "LedgerConflictError", "LedgerCorruptError", "LedgerRecord", "Parallel", "PrivacyCost",
     "Relation", "Repeated", "Scheme", "StorageError", "Subsampled",
-    "UnsupportedChargeError", "__version__",
+    "UnsupportedChargeError", "__version__", "open_ledger",
 }
 
 

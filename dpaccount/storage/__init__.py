@@ -2,5 +2,7 @@
 
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore
+from dpaccount.storage.postgres import PostgresStore  # psycopg is imported lazily
+from dpaccount.storage.sqlite import SQLiteStore
 
-__all__ = ["MemoryStore", "Store"]
+__all__ = ["MemoryStore", "PostgresStore", "SQLiteStore", "Store"]

@@ -1,0 +1,136 @@
+"""Durable ledger throughput: SQLite against the raw SQLite rate, PostgreSQL 1 vs 8 writers.
+
+Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
+
+1. SQLite: durable charges/s through ``Accountant`` + ``SQLiteStore`` and, in the same
+   run and directory, the raw transaction rate (``BEGIN IMMEDIATE``; one ``INSERT``;
+   ``COMMIT``; WAL, ``synchronous=FULL``). Goal: ratio >= 0.5.
+2. PostgreSQL: charges/s with 1 and with 8 writer processes on one ledger, for each
+   locking mode of ``PostgresStore`` (conditional UPDATE, row lock, SERIALIZABLE), and
+   8 writers on 8 ledgers (one per dataset). Goal: 8 writers faster than 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import sqlite3
+import tempfile
+import time
+import uuid
+
+from dpaccount.accountant import Accountant
+from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.storage.sqlite import SQLiteStore
+
+COST = PrivacyCost("1/1000000")
+BUDGET = Budget(10**9)
+
+
+def raw_sqlite_rate(path: str, n: int) -> float:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)")
+    payload = "x" * 300
+    start = time.perf_counter()
+    for _ in range(n):
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (payload) VALUES (?)", (payload,))
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return n / elapsed
+
+
+def ledger_sqlite_rate(path: str, n: int) -> float:
+    acct = Accountant(BUDGET, store=SQLiteStore(path, name="bench"), name="bench")
+    start = time.perf_counter()
+    for i in range(n):
+        acct.charge(COST, label="q", query_id=f"q{i}")
+    elapsed = time.perf_counter() - start
+    acct.store.close()
+    return n / elapsed
+
+
+def _pg_writer(url: str, schema: str, name: str, locking: str, seconds: float,
+               go: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    from dpaccount.storage.postgres import PostgresStore
+
+    store = PostgresStore(url, name=name, schema=schema, locking=locking)  # type: ignore[arg-type]
+    acct = Accountant(BUDGET, store=store, name=name)
+    go.wait()
+    done, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        acct.charge(COST)
+        done += 1
+    store.close()
+    out.put(done)
+
+
+def pg_rate(url: str, writers: int, locking: str, seconds: float, separate: bool) -> float:
+    import psycopg
+
+    from dpaccount.storage.postgres import PostgresStore
+
+    ctx = multiprocessing.get_context("fork")
+    schema = f"dpacct_bench_{uuid.uuid4().hex[:8]}"
+    names = [f"l{i}" if separate else "shared" for i in range(writers)]
+    for name in set(names):
+        Accountant(BUDGET, store=PostgresStore(url, name=name, schema=schema), name=name)
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_pg_writer, args=(url, schema, n, locking, seconds, go, out))
+             for n in names]
+    for p in procs:
+        p.start()
+    time.sleep(1.0)  # let every writer connect
+    go.set()
+    total = sum(out.get(timeout=seconds + 120) for _ in procs)
+    for p in procs:
+        p.join()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+    return total / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=2000, help="SQLite transactions per side")
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--seconds", type=float, default=3.0, help="per PostgreSQL run")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = raw_sqlite_rate(os.path.join(tmp, "raw.db"), args.n)
+        ours = ledger_sqlite_rate(os.path.join(tmp, "ledger.db"), args.n)
+        raw2 = raw_sqlite_rate(os.path.join(tmp, "raw2.db"), args.n)
+    raw_mean = (raw + raw2) / 2
+    print(f"SQLite raw BEGIN IMMEDIATE/INSERT/COMMIT (FULL, WAL): {raw_mean:9.0f} tx/s "
+          f"(runs {raw:.0f}, {raw2:.0f})")
+    print(f"SQLite Accountant + SQLiteStore durable charges:      {ours:9.0f} charges/s")
+    print(f"ratio ledger / raw = {ours / raw_mean:.2f}  (goal >= 0.50)")
+
+    try:
+        import psycopg
+
+        psycopg.connect(args.pg, connect_timeout=3).close()
+    except (ImportError, OSError) as exc:
+        print(f"PostgreSQL skipped: {exc}")
+        return
+    except psycopg.Error as exc:
+        print(f"PostgreSQL skipped: {exc}")
+        return
+    print(f"\nPostgreSQL, {args.seconds:g} s per run, charges/s:")
+    print(f"{'locking':<14}{'1 writer':>10}{'8 writers, 1 ledger':>22}{'ratio':>8}"
+          f"{'8 writers, 8 ledgers':>23}{'ratio':>8}")
+    for locking in ("conditional", "row", "serializable"):
+        one = pg_rate(args.pg, 1, locking, args.seconds, separate=False)
+        shared = pg_rate(args.pg, 8, locking, args.seconds, separate=False)
+        spread = pg_rate(args.pg, 8, locking, args.seconds, separate=True)
+        print(f"{locking:<14}{one:10.0f}{shared:22.0f}{shared / one:8.2f}"
+              f"{spread:23.0f}{spread / one:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

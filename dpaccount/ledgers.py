@@ -1,0 +1,180 @@
+"""Open a durable, shared ledger by URL: the same call for every backend.
+
+============================================  =============================================
+URL                                           store
+============================================  =============================================
+``memory://``                                 :class:`~dpaccount.storage.memory.MemoryStore`
+``sqlite:///relative/path.db``                :class:`~dpaccount.storage.sqlite.SQLiteStore`
+``sqlite:////absolute/path.db``               (four slashes: an absolute path)
+``postgresql://user@host:port/db``            :class:`~dpaccount.storage.postgres.PostgresStore`
+``postgres://...``                            (the same)
+============================================  =============================================
+
+Options go in the query string: ``?lock_timeout=10`` (seconds, every SQL backend) and
+``?schema=name`` (PostgreSQL: the schema holding the tables, ``dpaccount`` by default).
+
+Example:
+    >>> import os, tempfile
+    >>> url = "sqlite:///" + os.path.join(tempfile.mkdtemp(), "census.db")
+    >>> from dpaccount import PrivacyCost
+    >>> acct = open_ledger(url, name="census", budget=1)
+    >>> acct.charge(PrivacyCost("0.25"), label="count").seq
+    0
+    >>> acct.store.close()
+    >>> again = open_ledger(url, name="census", budget=1)   # the spend persisted
+    >>> again.spent
+    PrivacyCost(epsilon=0.25, delta=0)
+    >>> again.store.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from dpaccount.accountant import Accountant, _as_budget
+from dpaccount.charges import Relation
+from dpaccount.composition import Rule, make_rule
+from dpaccount.errors import ConfigError
+from dpaccount.records import LedgerMeta
+from dpaccount.storage.base import Store
+from dpaccount.storage.memory import MemoryStore
+
+__all__ = ["open_ledger", "open_store"]
+
+_SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
+
+
+def _options(query: str, allowed: set[str]) -> dict[str, str]:
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    unknown = set(options) - allowed
+    if unknown:
+        raise ConfigError(
+            f"unknown ledger URL option(s) {sorted(unknown)}; allowed: {sorted(allowed)}"
+        )
+    return options
+
+
+def _timeout(options: Mapping[str, str]) -> float:
+    text = options.get("lock_timeout", "30")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"lock_timeout must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def open_store(url: str, *, name: str = "default") -> Store:
+    """Open the store named by ``url`` for the ledger ``name`` (without an accountant).
+
+    Raises:
+        ConfigError: An unknown scheme or option.
+        StorageError: The database cannot be opened.
+        ImportError: ``postgresql://`` without psycopg (``pip install "dpaccount[postgres]"``).
+    """
+    if not isinstance(url, str):
+        raise ConfigError(f"a ledger URL must be a string, not {url!r}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        return MemoryStore()
+    if scheme == "sqlite":
+        options = _options(parts.query, {"lock_timeout"})
+        if parts.netloc:
+            raise ConfigError(
+                f"sqlite URLs have no host: use sqlite:///relative.db or "
+                f"sqlite:////absolute.db, not {url!r}"
+            )
+        path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
+        if not path:
+            raise ConfigError(f"the sqlite URL {url!r} names no file")
+        from dpaccount.storage.sqlite import SQLiteStore
+
+        return SQLiteStore(path, name=name, lock_timeout=_timeout(options))
+    if scheme in ("postgresql", "postgres"):
+        options = dict(parse_qsl(parts.query, keep_blank_values=True))
+        schema = options.pop("schema", "dpaccount")
+        timeout = _timeout(options)
+        options.pop("lock_timeout", None)
+        conninfo = urlunsplit(
+            ("postgresql", parts.netloc, parts.path, urlencode(options), parts.fragment)
+        )
+        from dpaccount.storage.postgres import PostgresStore
+
+        return PostgresStore(conninfo, name=name, schema=schema, lock_timeout=timeout)
+    raise ConfigError(
+        f"unknown ledger URL scheme {parts.scheme!r} in {url!r}; use one of "
+        "memory://, sqlite:///path.db, postgresql://user@host/db"
+    )
+
+
+def open_ledger(
+    url: str,
+    *,
+    name: str = "default",
+    budget: Any,
+    rule: str | Rule[Any] = "basic",
+    relation: Relation | str = Relation.ADD_REMOVE,
+    plan: Any = None,
+    migrate: bool = False,
+    rule_options: Mapping[str, Any] | None = None,
+) -> Accountant:
+    """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
+
+    A new ledger stores its budget, rule and relation. Reopening with other settings is
+    refused with :class:`~dpaccount.errors.ConfigError` unless ``migrate=True``, which
+    records the change in the ledger's metadata history (who spent what is kept, and the
+    new rule composes every record again). The whole ledger is verified on open.
+
+    Args:
+        url: ``memory://``, ``sqlite:///path.db`` or ``postgresql://user@host/db``.
+        name: The ledger's name (one per dataset; many can share a database).
+        budget: A :class:`~dpaccount.costs.Budget`, a number (epsilon) or a tuple.
+        rule: A rule name or :class:`~dpaccount.composition.Rule`.
+        relation: The neighbouring relation of every charge.
+        plan: A declared plan, for fixed-plan rules.
+        migrate: Record an explicit migration if the stored settings differ.
+        rule_options: Further keyword arguments for the rule.
+
+    Returns:
+        An :class:`~dpaccount.accountant.Accountant` whose store is the opened ledger.
+
+    Raises:
+        ConfigError: Unknown scheme, or stored settings differ and ``migrate`` is False.
+        LedgerCorruptError: The stored ledger fails verification.
+        StorageError: The database cannot be used.
+    """
+    store = open_store(url, name=name)
+    try:
+        if migrate and not isinstance(store, MemoryStore):
+            options = dict(rule_options or {})
+            if plan is not None:
+                options["plan"] = plan
+            try:
+                rel = Relation(relation)
+            except ValueError:
+                raise ConfigError(f"unknown relation {relation!r}") from None
+            meta = LedgerMeta.build(
+                name, _as_budget(budget), make_rule(rule, **options).describe(), rel
+            )
+            migrate_to = getattr(store, "migrate", None)
+            if migrate_to is None:
+                raise ConfigError(f"the store behind {url!r} does not support migrations")
+            if getattr(store, "stored_meta", lambda: None)() is not None:
+                migrate_to(meta)
+        return Accountant(
+            budget,
+            rule=rule,
+            store=store,
+            relation=relation,
+            name=name,
+            plan=plan,
+            rule_options=rule_options,
+        )
+    except BaseException:
+        store.close()
+        raise
+

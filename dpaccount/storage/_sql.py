@@ -1,0 +1,228 @@
+"""What the SQL stores share: exact numbers as text, chain checking, the meta history.
+
+Both :class:`~dpaccount.storage.sqlite.SQLiteStore` and
+:class:`~dpaccount.storage.postgres.PostgresStore` keep the same three tables:
+
+``ledgers``
+    one row per named ledger: its metadata (JSON), the record schema version, and a
+    cache of the tip: ``head`` (the number of records), the exact sums of the records'
+    epsilon and delta (``"numerator/denominator"`` text, never REAL) and the last hash.
+``records``
+    the append-only records: ``(ledger, seq)`` primary key, the canonical JSON payload,
+    ``prev_hash``, ``hash`` and the caller's ``query_id`` (unique per ledger).
+``meta_history``
+    every metadata a ledger ever had (version 0 at creation, one row per explicit
+    migration), hash-chained like the records.
+
+Nothing here knows about differential privacy; the checks are about integrity only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from fractions import Fraction
+
+import attrs
+import pydantic
+
+from dpaccount.errors import LedgerCorruptError
+from dpaccount.records import GENESIS_HASH, LedgerMeta, LedgerRecord, chain_hash, decode_record
+
+__all__ = ["LedgerTip", "RecordRow", "check_records", "check_tip", "frac_text", "meta_hash"]
+
+#: Version of the table layout (not of the record format, which records.py owns).
+TABLES_VERSION = 1
+
+#: A row of the records table: (seq, payload, prev_hash, hash, query_id).
+RecordRow = tuple[int, str, str, str, "str | None"]
+
+#: A row of the meta_history table: (version, at, head, meta, prev_hash, hash).
+MetaRow = tuple[int, str, int, str, str, str]
+
+
+def frac_text(value: Fraction) -> str:
+    """An exact value as ``"numerator/denominator"`` text.
+
+    Example:
+        >>> frac_text(Fraction(1, 3))
+        '1/3'
+    """
+    return f"{value.numerator}/{value.denominator}"
+
+
+def parse_frac(text: str, what: str) -> Fraction:
+    """Read ``"numerator/denominator"`` text back; a malformed value is corruption.
+
+    Example:
+        >>> parse_frac("3/4", "epsilon_sum")
+        Fraction(3, 4)
+    """
+    num, sep, den = str(text).partition("/")
+    try:
+        return Fraction(int(num), int(den) if sep else 1)
+    except (ValueError, ZeroDivisionError):
+        raise LedgerCorruptError(f"the cached {what} {text!r} is not an exact number") from None
+
+
+@attrs.frozen
+class LedgerTip:
+    """The end of a ledger: what the ``ledgers`` row caches about its records.
+
+    Attributes:
+        head: The number of records (the seq of the next one).
+        last_hash: The hash of the last record (the genesis hash when empty).
+        epsilon_sum: The exact sum of the records' epsilon.
+        delta_sum: The exact sum of the records' delta.
+    """
+
+    head: int
+    last_hash: str
+    epsilon_sum: Fraction
+    delta_sum: Fraction
+
+    def after(self, record: LedgerRecord, record_hash: str) -> LedgerTip:
+        """The tip once ``record`` (hashing to ``record_hash``) is appended."""
+        return LedgerTip(
+            self.head + 1,
+            record_hash,
+            self.epsilon_sum + record.cost.epsilon,
+            self.delta_sum + record.cost.delta,
+        )
+
+
+EMPTY_TIP = LedgerTip(0, GENESIS_HASH, Fraction(0), Fraction(0))
+
+
+def check_records(
+    rows: Iterable[RecordRow], start: int, prev_hash: str
+) -> list[LedgerRecord]:
+    """Decode record rows and check that they continue the chain at ``prev_hash``.
+
+    Args:
+        rows: Rows ordered by seq, the first expected to have seq ``start``.
+        start: The seq of the first row.
+        prev_hash: The hash of record ``start - 1`` (the genesis hash for 0).
+
+    Returns:
+        The decoded records.
+
+    Raises:
+        LedgerCorruptError: With the seq of the first row that is missing, fails to
+            decode, disagrees with its columns, or breaks the chain.
+    """
+    records: list[LedgerRecord] = []
+    expected = start
+    for seq, payload, row_prev, row_hash, query_id in rows:
+        if seq != expected:
+            raise LedgerCorruptError(
+                f"record {expected} is missing (the next stored record is {seq})", seq=expected
+            )
+        if row_prev != prev_hash:
+            raise LedgerCorruptError(
+                f"record {seq} does not follow record {seq - 1}: the hash chain is broken",
+                seq=seq,
+            )
+        try:
+            record = decode_record(payload)
+        except LedgerCorruptError as exc:
+            raise LedgerCorruptError(f"record {seq}: {exc}", seq=seq) from exc
+        if record.seq != seq or record.query_id != query_id:
+            raise LedgerCorruptError(
+                f"record {seq}: its payload disagrees with its seq or query_id columns",
+                seq=seq,
+            )
+        if chain_hash(prev_hash, record) != row_hash:
+            raise LedgerCorruptError(
+                f"record {seq} was altered: its hash does not match its content", seq=seq
+            )
+        records.append(record)
+        prev_hash = row_hash
+        expected += 1
+    return records
+
+
+def tip_of(records: Iterable[LedgerRecord], last_hash: str) -> LedgerTip:
+    """The tip a full list of records gives (sums computed exactly)."""
+    head, eps, delta = 0, Fraction(0), Fraction(0)
+    for record in records:
+        head += 1
+        eps += record.cost.epsilon
+        delta += record.cost.delta
+    return LedgerTip(head, last_hash, eps, delta)
+
+
+def check_tip(actual: LedgerTip, cached: LedgerTip) -> None:
+    """Compare the tip the records give with the cached one.
+
+    Raises:
+        LedgerCorruptError: The records were truncated, or the cache was edited; the
+            seq is the first record the two disagree about.
+    """
+    if actual.head < cached.head:
+        raise LedgerCorruptError(
+            f"record {actual.head} is missing: the ledger says it holds {cached.head} "
+            f"records but only {actual.head} are stored (truncated)",
+            seq=actual.head,
+        )
+    if actual.head > cached.head:
+        raise LedgerCorruptError(
+            f"record {cached.head} is not counted: the ledger says it holds {cached.head} "
+            f"records but {actual.head} are stored",
+            seq=cached.head,
+        )
+    if actual != cached:
+        raise LedgerCorruptError(
+            "the ledger's cached totals or last hash do not equal what its "
+            f"{actual.head} records give (cached {cached}, records give {actual})",
+            seq=max(actual.head - 1, 0),
+        )
+
+
+def meta_hash(prev_hash: str, version: int, at: str, head: int, meta_json: str) -> str:
+    """The hash of one meta-history entry, chained to the previous entry's hash."""
+    body = json.dumps(
+        {"at": at, "head": head, "meta": json.loads(meta_json), "version": version},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(prev_hash.encode() + b"\n" + body.encode()).hexdigest()
+
+
+def parse_meta(text: str) -> LedgerMeta:
+    """Validate stored metadata; anything malformed is corruption."""
+    try:
+        return LedgerMeta.model_validate_json(text)
+    except pydantic.ValidationError as exc:
+        raise LedgerCorruptError(f"the stored ledger metadata is invalid: {exc}") from exc
+
+
+def check_meta_history(rows: Iterable[MetaRow], current_meta: str) -> None:
+    """Check the meta history chain and that it ends at the ledger's current metadata.
+
+    Raises:
+        LedgerCorruptError: An entry is missing or altered, or the current metadata was
+            changed without a recorded migration.
+    """
+    prev = GENESIS_HASH
+    last_meta: str | None = None
+    for expected, (version, at, head, meta_json, row_prev, row_hash) in enumerate(rows):
+        if version != expected or row_prev != prev:
+            raise LedgerCorruptError(f"meta history entry {expected} is missing or out of order")
+        try:
+            datetime.fromisoformat(at)
+            ok = meta_hash(prev, version, at, head, meta_json) == row_hash
+        except (ValueError, json.JSONDecodeError):
+            ok = False
+        if not ok:
+            raise LedgerCorruptError(f"meta history entry {version} was altered")
+        parse_meta(meta_json)
+        prev, last_meta = row_hash, meta_json
+    if last_meta is None:
+        raise LedgerCorruptError("the ledger has no recorded metadata history")
+    if parse_meta(last_meta) != parse_meta(current_meta):
+        raise LedgerCorruptError(
+            "the ledger's metadata was changed without a recorded migration"
+        )

@@ -1,0 +1,523 @@
+"""A ledger in PostgreSQL, shared by writers on many machines (the ``postgres`` extra).
+
+The tables (see :mod:`dpaccount.storage._sql`) live in one schema, ``dpaccount`` by
+default. An append is one transaction; how it excludes other writers is chosen with
+``locking`` (measured in ``benchmarks/bench_storage.py``, documented in docs/ledgers.md):
+
+``"conditional"`` (default)
+    ``UPDATE ledgers SET head = n + 1, ... WHERE name = ? AND head = n AND last_hash = h``
+    then ``INSERT`` the record: the update takes the ledger row's lock and checks the
+    head in one statement; zero rows updated means another writer won.
+``"row"``
+    ``SELECT ... FOR UPDATE`` on the ledger row, compare, insert, update.
+``"serializable"``
+    the same statements without ``FOR UPDATE`` in a SERIALIZABLE transaction; a
+    serialization failure is retried.
+
+A lock wait longer than ``lock_timeout``, a serialization failure that persists, a lost
+connection or any other database error raises :class:`~dpaccount.errors.StorageError`
+and the charge is refused (fail closed). A commit whose outcome is unknown (the
+connection broke during ``COMMIT``) is also refused: the charge may be on record, which
+errs toward more spent, never less.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
+
+from dpaccount.errors import (
+    ConfigError,
+    LedgerConflictError,
+    LedgerCorruptError,
+    StorageError,
+    missing_extra,
+)
+from dpaccount.records import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    LedgerMeta,
+    LedgerRecord,
+    canonical_bytes,
+    chain_hash,
+)
+from dpaccount.storage._sql import (
+    LedgerTip,
+    RecordRow,
+    check_meta_history,
+    check_records,
+    check_tip,
+    frac_text,
+    meta_hash,
+    parse_frac,
+    parse_meta,
+    tip_of,
+)
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+Locking = Literal["conditional", "row", "serializable"]
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SERIALIZATION_RETRIES = 50
+_RECORD_COLUMNS = "seq, payload, prev_hash, hash, query_id"
+
+
+def _schema_sql(schema: str) -> list[str]:
+    s = f'"{schema}"'
+    refuse = (
+        f"CREATE OR REPLACE FUNCTION {s}.dpaccount_append_only() RETURNS trigger "
+        "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+        "'dpaccount % is append-only', TG_TABLE_NAME; END $$"
+    )
+    statements = [
+        f"CREATE SCHEMA IF NOT EXISTS {s}",
+        f"""CREATE TABLE IF NOT EXISTS {s}.ledgers (
+            name text PRIMARY KEY,
+            meta text NOT NULL,
+            schema_version integer NOT NULL,
+            head bigint NOT NULL CHECK (head >= 0),
+            epsilon_sum text NOT NULL,
+            delta_sum text NOT NULL,
+            last_hash text NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.records (
+            ledger text NOT NULL REFERENCES {s}.ledgers (name),
+            seq bigint NOT NULL CHECK (seq >= 0),
+            payload text NOT NULL,
+            prev_hash text NOT NULL,
+            hash text NOT NULL,
+            query_id text,
+            PRIMARY KEY (ledger, seq),
+            UNIQUE (ledger, query_id))""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.meta_history (
+            ledger text NOT NULL REFERENCES {s}.ledgers (name),
+            version integer NOT NULL CHECK (version >= 0),
+            at text NOT NULL,
+            head bigint NOT NULL,
+            meta text NOT NULL,
+            prev_hash text NOT NULL,
+            hash text NOT NULL,
+            PRIMARY KEY (ledger, version))""",
+        refuse,
+    ]
+    for table in ("records", "meta_history"):
+        statements.append(
+            f"CREATE OR REPLACE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE "
+            f"ON {s}.{table} FOR EACH ROW EXECUTE FUNCTION {s}.dpaccount_append_only()"
+        )
+        statements.append(
+            f"CREATE OR REPLACE TRIGGER {table}_no_truncate BEFORE TRUNCATE "
+            f"ON {s}.{table} FOR EACH STATEMENT EXECUTE FUNCTION {s}.dpaccount_append_only()"
+        )
+    statements.append(
+        f"CREATE OR REPLACE TRIGGER ledgers_keep BEFORE DELETE ON {s}.ledgers "
+        f"FOR EACH ROW EXECUTE FUNCTION {s}.dpaccount_append_only()"
+    )
+    return statements
+
+
+class PostgresStore:
+    """One named ledger in a PostgreSQL database (many ledgers may share a schema).
+
+    Args:
+        conninfo: A libpq connection string or URL (``postgresql://user@host/db``).
+        name: The ledger's name.
+        schema: The schema holding the tables (created if missing).
+        lock_timeout: Seconds to wait for the ledger row's lock before failing closed.
+        locking: How appends exclude each other (see the module docstring).
+
+    Raises:
+        ImportError: psycopg is not installed (``pip install "dpaccount[postgres]"``).
+        ConfigError: An invalid schema name or locking mode.
+        StorageError: The server cannot be reached or the tables cannot be created.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        name: str = "default",
+        *,
+        schema: str = "dpaccount",
+        lock_timeout: float = 30.0,
+        locking: Locking = "conditional",
+    ) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise missing_extra("psycopg", "postgres") from None
+        self._pg: Any = psycopg
+        if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+            raise ConfigError(f"invalid PostgreSQL schema name {schema!r}")
+        if locking not in ("conditional", "row", "serializable"):
+            raise ConfigError(
+                f"unknown locking {locking!r}; use 'conditional', 'row' or 'serializable'"
+            )
+        if not isinstance(name, str) or not name:
+            raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
+        self.name = name
+        self.schema = schema
+        self.locking: Locking = locking
+        self.lock_timeout = float(lock_timeout)
+        self._conninfo = conninfo
+        self._s = f'"{schema}"'
+        self._lock = threading.RLock()
+        self._tip_cache: LedgerTip | None = None
+        self._conn: Any = None
+        self._call(lambda conn: self._setup(conn))
+
+    # -- the Store interface ------------------------------------------------------------
+
+    def initialize(self, meta: LedgerMeta) -> LedgerMeta:
+        """Create the ledger if it is new, verify it, and return its stored metadata."""
+        if meta.name != self.name:
+            raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
+        meta_json = meta.model_dump_json()
+        s = self._s
+
+        def create(cur: Any) -> None:
+            cur.execute(
+                f"INSERT INTO {s}.ledgers VALUES (%s, %s, %s, 0, '0/1', '0/1', %s) "
+                "ON CONFLICT (name) DO NOTHING",
+                (self.name, meta_json, SCHEMA_VERSION, GENESIS_HASH),
+            )
+            if cur.rowcount == 1:
+                self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
+
+        self._write(create)
+        self.verify()
+        stored = self.stored_meta()
+        if stored is None:  # pragma: no cover - the row was just written
+            raise StorageError(f"ledger {self.name!r} vanished after it was created")
+        return stored
+
+    def head(self) -> int:
+        """The number of records in the ledger (0 if it does not exist yet)."""
+        row = self._fetchone(f"SELECT head FROM {self._s}.ledgers WHERE name = %s", (self.name,))
+        return 0 if row is None else int(row[0])
+
+    def read(self, start: int = 0) -> Sequence[LedgerRecord]:
+        """The records with ``seq >= start``, decoded and checked against the chain."""
+        start = max(int(start), 0)
+        s = self._s
+
+        def get(cur: Any) -> list[LedgerRecord]:
+            prev = GENESIS_HASH
+            if start > 0:
+                cur.execute(
+                    f"SELECT hash FROM {s}.records WHERE ledger = %s AND seq = %s",
+                    (self.name, start - 1),
+                )
+                row = cur.fetchone()
+                if row is None:
+                    raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
+                prev = row[0]
+            cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s AND seq >= %s "
+                "ORDER BY seq",
+                (self.name, start),
+            )
+            return check_records(cur.fetchall(), start, prev)
+
+        return self._read(get)
+
+    def append(self, expected_head: int, record: LedgerRecord) -> None:
+        """Append ``record`` if the ledger still has ``expected_head`` records.
+
+        The transaction has committed when this returns.
+
+        Raises:
+            LedgerConflictError: Another writer appended first, or the ``query_id`` is
+                already recorded; nothing was written.
+            StorageError: Lock timeout, persistent serialization failures, or a database
+                error; nothing was written (or, if the connection broke during commit,
+                the outcome is unknown and the charge is refused anyway).
+        """
+        if record.seq != expected_head:
+            raise LedgerConflictError(
+                f"record seq {record.seq} does not match the expected head {expected_head}"
+            )
+        payload = canonical_bytes(record).decode()
+        if self.locking == "conditional":
+            tip = self._tip_cache
+            if tip is None or tip.head != expected_head:
+                tip = self._fetch_tip()
+            if tip.head != expected_head:
+                raise LedgerConflictError(f"expected {expected_head} records, found {tip.head}")
+            self._append_conditional(tip, record, payload)
+        else:
+            self._append_locked(expected_head, record, payload)
+
+    def find(self, query_id: str) -> LedgerRecord | None:
+        """The record carrying ``query_id``, checked against its own hash, or None."""
+        row = self._fetchone(
+            f"SELECT {_RECORD_COLUMNS} FROM {self._s}.records "
+            "WHERE ledger = %s AND query_id = %s",
+            (self.name, query_id),
+        )
+        if row is None:
+            return None
+        return check_records([tuple(row)], row[0], row[2])[0]
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    # -- beyond the interface -----------------------------------------------------------
+
+    def stored_meta(self) -> LedgerMeta | None:
+        """The ledger's stored metadata, or None if the ledger does not exist."""
+        row = self._fetchone(f"SELECT meta FROM {self._s}.ledgers WHERE name = %s", (self.name,))
+        return None if row is None else parse_meta(row[0])
+
+    def names(self) -> list[str]:
+        """The names of every ledger in the schema."""
+        return self._read(
+            lambda cur: [
+                r[0] for r in cur.execute(f"SELECT name FROM {self._s}.ledgers ORDER BY name")
+            ]
+        )
+
+    def verify(self) -> LedgerTip:
+        """Check the whole ledger: records, chain, cached tip and metadata history.
+
+        Raises:
+            LedgerCorruptError: With ``.seq`` set to the first bad record.
+            StorageError: The ledger does not exist.
+        """
+        s = self._s
+
+        def check(cur: Any) -> LedgerTip:
+            cached = self._tip_row(cur)
+            if cached is None:
+                raise StorageError(f"there is no ledger named {self.name!r}")
+            cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s ORDER BY seq",
+                (self.name,),
+            )
+            rows: list[RecordRow] = cur.fetchall()
+            records = check_records(rows, 0, GENESIS_HASH)
+            check_tip(tip_of(records, rows[-1][3] if rows else GENESIS_HASH), cached)
+            cur.execute(
+                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
+                "WHERE ledger = %s ORDER BY version",
+                (self.name,),
+            )
+            history = cur.fetchall()
+            cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
+            check_meta_history(history, cur.fetchone()[0])
+            return cached
+
+        tip = self._read(check, repeatable=True)
+        self._tip_cache = tip
+        return tip
+
+    def migrate(self, meta: LedgerMeta) -> bool:
+        """Replace the ledger's metadata, recording the change in its meta history.
+
+        Returns:
+            True if the metadata changed, False if it already was ``meta``.
+        """
+        if meta.name != self.name:
+            raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
+        self.verify()
+        meta_json = meta.model_dump_json()
+        s = self._s
+
+        def change(cur: Any) -> bool:
+            cur.execute(
+                f"SELECT meta, head FROM {s}.ledgers WHERE name = %s FOR UPDATE", (self.name,)
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise StorageError(f"there is no ledger named {self.name!r} to migrate")
+            if parse_meta(row[0]) == meta:
+                return False
+            cur.execute(
+                f"SELECT version, hash FROM {s}.meta_history WHERE ledger = %s "
+                "ORDER BY version DESC LIMIT 1",
+                (self.name,),
+            )
+            version, prev = cur.fetchone()
+            self._insert_meta(cur, int(version) + 1, prev, int(row[1]), meta_json)
+            cur.execute(f"UPDATE {s}.ledgers SET meta = %s WHERE name = %s", (meta_json, self.name))
+            return True
+
+        return self._write(change)
+
+    def meta_history(self) -> list[tuple[int, datetime, int, LedgerMeta]]:
+        """Every metadata the ledger had: (version, when, head at that time, meta)."""
+        rows = self._read(
+            lambda cur: cur.execute(
+                f"SELECT version, at, head, meta FROM {self._s}.meta_history "
+                "WHERE ledger = %s ORDER BY version",
+                (self.name,),
+            ).fetchall()
+        )
+        return [
+            (int(v), datetime.fromisoformat(at), int(h), parse_meta(m)) for v, at, h, m in rows
+        ]
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _setup(self, conn: Any) -> None:
+        present = conn.execute(
+            "SELECT to_regclass(%s)", (f"{self._s}.meta_history",)
+        ).fetchone()[0]
+        if present is not None:
+            return
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(7346287161)")
+            for statement in _schema_sql(self.schema):
+                conn.execute(statement)
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = self._pg.connect(self._conninfo, autocommit=True)
+            ms = max(int(self.lock_timeout * 1000), 1)
+            self._conn.execute(f"SET lock_timeout = {ms}")
+        return self._conn
+
+    def _call(self, body: Callable[[Any], T]) -> T:
+        """Run ``body(connection)``, mapping database errors to the error tree."""
+        errors = self._pg.errors
+        with self._lock:
+            try:
+                return body(self._connection())
+            except errors.LockNotAvailable as exc:
+                raise StorageError(
+                    f"could not lock ledger {self.name!r} within {self.lock_timeout:g} s; "
+                    "nothing was written"
+                ) from exc
+            except errors.UniqueViolation as exc:
+                raise LedgerConflictError(f"a concurrent writer recorded first: {exc}") from exc
+            except self._pg.Error as exc:
+                raise StorageError(f"PostgreSQL failed for ledger {self.name!r}: {exc}") from exc
+
+    def _write(self, body: Callable[[Any], T], serializable: bool = False) -> T:
+        def run(conn: Any) -> T:
+            for _attempt in range(_SERIALIZATION_RETRIES):
+                try:
+                    with conn.transaction():
+                        if serializable:
+                            conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                        return body(conn.cursor())
+                except (
+                    self._pg.errors.SerializationFailure,
+                    self._pg.errors.DeadlockDetected,
+                ):
+                    continue
+            raise StorageError(
+                f"ledger {self.name!r}: serialization failures persisted after "
+                f"{_SERIALIZATION_RETRIES} retries; nothing was written"
+            )
+
+        return self._call(run)
+
+    def _read(self, body: Callable[[Any], T], repeatable: bool = False) -> T:
+        def run(conn: Any) -> T:
+            with conn.transaction():
+                if repeatable:
+                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                return body(conn.cursor())
+
+        return self._call(run)
+
+    def _fetchone(self, query: str, params: tuple[Any, ...]) -> Any:
+        return self._call(lambda conn: conn.execute(query, params).fetchone())
+
+    def _tip_row(self, cur: Any) -> LedgerTip | None:
+        cur.execute(
+            f"SELECT head, last_hash, epsilon_sum, delta_sum FROM {self._s}.ledgers "
+            "WHERE name = %s",
+            (self.name,),
+        )
+        row = cur.fetchone()
+        if row is None:
+            return None
+        return LedgerTip(
+            int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
+            parse_frac(row[3], "delta_sum"),
+        )
+
+    def _fetch_tip(self) -> LedgerTip:
+        tip = self._read(self._tip_row)
+        if tip is None:
+            raise StorageError(f"ledger {self.name!r} is not initialized")
+        self._tip_cache = tip
+        return tip
+
+    def _insert_record(self, cur: Any, record: LedgerRecord, payload: str, prev: str,
+                       record_hash: str) -> None:
+        cur.execute(
+            f"INSERT INTO {self._s}.records VALUES (%s, %s, %s, %s, %s, %s)",
+            (self.name, record.seq, payload, prev, record_hash, record.query_id),
+        )
+
+    def _append_conditional(self, tip: LedgerTip, record: LedgerRecord, payload: str) -> None:
+        record_hash = chain_hash(tip.last_hash, record)
+        new = tip.after(record, record_hash)
+
+        def insert(cur: Any) -> None:
+            cur.execute(
+                f"UPDATE {self._s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
+                "delta_sum = %s WHERE name = %s AND head = %s AND last_hash = %s",
+                (new.head, new.last_hash, frac_text(new.epsilon_sum),
+                 frac_text(new.delta_sum), self.name, tip.head, tip.last_hash),
+            )
+            if cur.rowcount != 1:
+                raise LedgerConflictError(
+                    f"expected {tip.head} records: another writer appended first"
+                )
+            self._insert_record(cur, record, payload, tip.last_hash, record_hash)
+
+        self._tip_cache = None
+        self._write(insert)
+        self._tip_cache = new
+
+    def _append_locked(self, expected_head: int, record: LedgerRecord, payload: str) -> None:
+        s = self._s
+        row_lock = self.locking == "row"
+
+        def insert(cur: Any) -> LedgerTip:
+            cur.execute(
+                f"SELECT head, last_hash, epsilon_sum, delta_sum FROM {s}.ledgers "
+                "WHERE name = %s" + (" FOR UPDATE" if row_lock else ""),
+                (self.name,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise StorageError(f"ledger {self.name!r} is not initialized")
+            tip = LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
+                            parse_frac(row[3], "delta_sum"))
+            if tip.head != expected_head:
+                raise LedgerConflictError(f"expected {expected_head} records, found {tip.head}")
+            record_hash = chain_hash(tip.last_hash, record)
+            new = tip.after(record, record_hash)
+            self._insert_record(cur, record, payload, tip.last_hash, record_hash)
+            cur.execute(
+                f"UPDATE {s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
+                "delta_sum = %s WHERE name = %s",
+                (new.head, new.last_hash, frac_text(new.epsilon_sum),
+                 frac_text(new.delta_sum), self.name),
+            )
+            return new
+
+        self._tip_cache = self._write(insert, serializable=not row_lock)
+
+    def _insert_meta(self, cur: Any, version: int, prev: str, head: int, meta_json: str) -> None:
+        at = datetime.now(UTC).isoformat()
+        cur.execute(
+            f"INSERT INTO {self._s}.meta_history VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (self.name, version, at, head, meta_json, prev,
+             meta_hash(prev, version, at, head, meta_json)),
+        )
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(name={self.name!r}, schema={self.schema!r})"

@@ -1,0 +1,515 @@
+"""A durable ledger in one SQLite file: the embedded default.
+
+The file is opened in WAL mode with ``synchronous=FULL``, so a transaction is on disk
+(the WAL fsync'ed) when ``COMMIT`` returns. Every append runs in one ``BEGIN IMMEDIATE``
+transaction that reads the ledger's tip, refuses with
+:class:`~dpaccount.errors.LedgerConflictError` if another writer appended first, inserts
+the hash-chained record and updates the cached tip: a true compare-and-append across
+threads and processes. Waiting for the write lock uses SQLite's busy timeout plus a retry
+loop of our own, so "database is locked" never reaches the caller; when the lock cannot
+be had within ``lock_timeout`` seconds a :class:`~dpaccount.errors.StorageError` is
+raised and nothing is written (fail closed).
+
+Records cannot be updated or deleted through SQL (triggers refuse it), and the hash chain
+plus the cached tip make edits made around the triggers visible to :meth:`verify`, which
+runs whenever a ledger is opened.
+
+Example:
+    >>> import tempfile, os
+    >>> from dpaccount.costs import Budget
+    >>> from dpaccount.records import LedgerMeta
+    >>> from dpaccount.charges import Relation
+    >>> path = os.path.join(tempfile.mkdtemp(), "ledger.db")
+    >>> store = SQLiteStore(path, name="census")
+    >>> meta = LedgerMeta.build("census", Budget(1), {"name": "basic"}, Relation.ADD_REMOVE)
+    >>> store.initialize(meta) == meta
+    True
+    >>> store.head()
+    0
+    >>> store.close()
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from dpaccount.errors import LedgerConflictError, LedgerCorruptError, StorageError
+from dpaccount.records import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    LedgerMeta,
+    LedgerRecord,
+    canonical_bytes,
+    chain_hash,
+)
+from dpaccount.storage._sql import (
+    TABLES_VERSION,
+    LedgerTip,
+    RecordRow,
+    check_meta_history,
+    check_records,
+    check_tip,
+    frac_text,
+    meta_hash,
+    parse_frac,
+    parse_meta,
+    tip_of,
+)
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+
+_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS ledgers (
+        name TEXT PRIMARY KEY NOT NULL,
+        meta TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        head INTEGER NOT NULL CHECK (head >= 0),
+        epsilon_sum TEXT NOT NULL,
+        delta_sum TEXT NOT NULL,
+        last_hash TEXT NOT NULL
+    ) STRICT
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS records (
+        ledger TEXT NOT NULL REFERENCES ledgers (name),
+        seq INTEGER NOT NULL CHECK (seq >= 0),
+        payload TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        query_id TEXT,
+        PRIMARY KEY (ledger, seq),
+        UNIQUE (ledger, query_id)
+    ) STRICT, WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS meta_history (
+        ledger TEXT NOT NULL REFERENCES ledgers (name),
+        version INTEGER NOT NULL CHECK (version >= 0),
+        at TEXT NOT NULL,
+        head INTEGER NOT NULL,
+        meta TEXT NOT NULL,
+        prev_hash TEXT NOT NULL,
+        hash TEXT NOT NULL,
+        PRIMARY KEY (ledger, version)
+    ) STRICT, WITHOUT ROWID
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS records_append_only_update BEFORE UPDATE ON records
+    BEGIN SELECT RAISE(ABORT, 'dpaccount ledger records are append-only'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS records_append_only_delete BEFORE DELETE ON records
+    BEGIN SELECT RAISE(ABORT, 'dpaccount ledger records are append-only'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS meta_history_append_only_update BEFORE UPDATE ON meta_history
+    BEGIN SELECT RAISE(ABORT, 'dpaccount meta history is append-only'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS meta_history_append_only_delete BEFORE DELETE ON meta_history
+    BEGIN SELECT RAISE(ABORT, 'dpaccount meta history is append-only'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS ledgers_keep BEFORE DELETE ON ledgers
+    BEGIN SELECT RAISE(ABORT, 'dpaccount ledgers cannot be deleted'); END
+    """,
+)
+
+_RECORD_COLUMNS = "seq, payload, prev_hash, hash, query_id"
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class SQLiteStore:
+    """One named ledger in a SQLite database file (many ledgers may share the file).
+
+    Args:
+        path: The database file (created if missing), or ``":memory:"`` for a private
+            in-memory database (not durable; for tests).
+        name: The ledger's name within the file.
+        lock_timeout: Seconds to wait for the write lock before failing closed.
+
+    Raises:
+        StorageError: The file cannot be opened as a dpaccount ledger database.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], name: str = "default", *, lock_timeout: float = 30.0
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
+        self.path = os.fspath(path)
+        self.name = name
+        self.lock_timeout = float(lock_timeout)
+        self._lock = threading.RLock()
+        try:
+            self._conn = sqlite3.connect(
+                self.path,
+                timeout=min(self.lock_timeout, 2.0),
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the SQLite ledger {self.path!r}: {exc}") from exc
+        self._retry(self._setup)
+
+    # -- the Store interface ------------------------------------------------------------
+
+    def initialize(self, meta: LedgerMeta) -> LedgerMeta:
+        """Create the ledger if it is new, verify it, and return its stored metadata.
+
+        Raises:
+            StorageError: ``meta`` names another ledger than this store's.
+            LedgerCorruptError: The stored ledger fails verification.
+        """
+        if meta.name != self.name:
+            raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
+        meta_json = meta.model_dump_json()
+
+        def create(cur: sqlite3.Cursor) -> None:
+            row = cur.execute("SELECT 1 FROM ledgers WHERE name = ?", (self.name,)).fetchone()
+            if row is not None:
+                return
+            cur.execute(
+                "INSERT INTO ledgers VALUES (?, ?, ?, 0, '0/1', '0/1', ?)",
+                (self.name, meta_json, SCHEMA_VERSION, GENESIS_HASH),
+            )
+            self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
+
+        self._write(create)
+        self.verify()
+        stored = self.stored_meta()
+        if stored is None:  # pragma: no cover - the row was just written
+            raise StorageError(f"ledger {self.name!r} vanished after it was created")
+        return stored
+
+    def head(self) -> int:
+        """The number of records in the ledger (0 if it does not exist yet)."""
+
+        def get(cur: sqlite3.Cursor) -> int:
+            row = cur.execute("SELECT head FROM ledgers WHERE name = ?", (self.name,)).fetchone()
+            return 0 if row is None else int(row[0])
+
+        return self._read(get)
+
+    def read(self, start: int = 0) -> Sequence[LedgerRecord]:
+        """The records with ``seq >= start``, decoded and checked against the chain.
+
+        Raises:
+            LedgerCorruptError: A record is missing, fails to decode or breaks the chain.
+        """
+        start = max(int(start), 0)
+
+        def get(cur: sqlite3.Cursor) -> list[LedgerRecord]:
+            prev = self._prev_hash(cur, start)
+            rows: list[RecordRow] = cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? "
+                "ORDER BY seq",
+                (self.name, start),
+            ).fetchall()
+            return check_records(rows, start, prev)
+
+        return self._read(get)
+
+    def append(self, expected_head: int, record: LedgerRecord) -> None:
+        """Append ``record`` if the ledger still has ``expected_head`` records.
+
+        The record is committed (fsync'ed) when this returns.
+
+        Raises:
+            LedgerConflictError: Another writer appended first, or ``record.query_id`` is
+                already in the ledger; nothing was written.
+            StorageError: The write lock could not be had in time, or SQLite failed;
+                nothing was written.
+        """
+        if record.seq != expected_head:
+            raise LedgerConflictError(
+                f"record seq {record.seq} does not match the expected head {expected_head}"
+            )
+        payload = canonical_bytes(record).decode()
+        query_id = record.query_id
+
+        def insert(cur: sqlite3.Cursor) -> None:
+            tip = self._tip(cur)
+            if tip is None:
+                raise StorageError(f"ledger {self.name!r} is not initialized")
+            if tip.head != expected_head:
+                raise LedgerConflictError(
+                    f"expected {expected_head} records, found {tip.head}"
+                )
+            record_hash = chain_hash(tip.last_hash, record)
+            new = tip.after(record, record_hash)
+            try:
+                cur.execute(
+                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
+                    (self.name, record.seq, payload, tip.last_hash, record_hash, query_id),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise LedgerConflictError(
+                    f"query_id {query_id!r} (or seq {record.seq}) is already recorded"
+                ) from exc
+            cur.execute(
+                "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
+                "WHERE name = ?",
+                (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
+                 new.last_hash, self.name),
+            )
+
+        self._write(insert)
+
+    def find(self, query_id: str) -> LedgerRecord | None:
+        """The record carrying ``query_id``, checked against its own hash, or None."""
+
+        def get(cur: sqlite3.Cursor) -> LedgerRecord | None:
+            row: RecordRow | None = cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND query_id = ?",
+                (self.name, query_id),
+            ).fetchone()
+            if row is None:
+                return None
+            return check_records([row], row[0], row[2])[0]
+
+        return self._read(get)
+
+    def close(self) -> None:
+        """Close the database connection."""
+        with self._lock:
+            self._conn.close()
+
+    # -- beyond the interface: audit and migration --------------------------------------
+
+    def stored_meta(self) -> LedgerMeta | None:
+        """The ledger's stored metadata, or None if the ledger does not exist."""
+
+        def get(cur: sqlite3.Cursor) -> str | None:
+            row = cur.execute("SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone()
+            return None if row is None else str(row[0])
+
+        text = self._read(get)
+        return None if text is None else parse_meta(text)
+
+    def names(self) -> list[str]:
+        """The names of every ledger in the database file."""
+        return self._read(
+            lambda cur: [str(r[0]) for r in cur.execute("SELECT name FROM ledgers ORDER BY name")]
+        )
+
+    def verify(self) -> LedgerTip:
+        """Check the whole ledger: records, chain, cached tip and metadata history.
+
+        Returns:
+            The verified tip (record count, exact sums, last hash).
+
+        Raises:
+            LedgerCorruptError: With ``.seq`` set to the first bad record.
+            StorageError: The ledger does not exist.
+        """
+
+        def check(cur: sqlite3.Cursor) -> LedgerTip:
+            cached = self._tip(cur)
+            if cached is None:
+                raise StorageError(f"there is no ledger named {self.name!r} in {self.path!r}")
+            rows: list[RecordRow] = cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? ORDER BY seq",
+                (self.name,),
+            ).fetchall()
+            records = check_records(rows, 0, GENESIS_HASH)
+            actual = tip_of(records, rows[-1][3] if rows else GENESIS_HASH)
+            check_tip(actual, cached)
+            meta_rows = cur.execute(
+                "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
+                "WHERE ledger = ? ORDER BY version",
+                (self.name,),
+            ).fetchall()
+            current = cur.execute(
+                "SELECT meta FROM ledgers WHERE name = ?", (self.name,)
+            ).fetchone()[0]
+            check_meta_history(meta_rows, current)
+            return cached
+
+        return self._read(check)
+
+    def migrate(self, meta: LedgerMeta) -> bool:
+        """Replace the ledger's metadata, recording the change in its meta history.
+
+        The records are kept; the accountant replays them under the new rule and budget.
+
+        Returns:
+            True if the metadata changed, False if it already was ``meta``.
+
+        Raises:
+            StorageError: The ledger does not exist or ``meta`` names another ledger.
+        """
+        if meta.name != self.name:
+            raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
+        self.verify()
+        meta_json = meta.model_dump_json()
+
+        def change(cur: sqlite3.Cursor) -> bool:
+            row = cur.execute(
+                "SELECT meta, head FROM ledgers WHERE name = ?", (self.name,)
+            ).fetchone()
+            if row is None:
+                raise StorageError(f"there is no ledger named {self.name!r} to migrate")
+            if parse_meta(row[0]) == meta:
+                return False
+            version, prev = cur.execute(
+                "SELECT version, hash FROM meta_history WHERE ledger = ? "
+                "ORDER BY version DESC LIMIT 1",
+                (self.name,),
+            ).fetchone()
+            self._insert_meta(cur, int(version) + 1, str(prev), int(row[1]), meta_json)
+            cur.execute("UPDATE ledgers SET meta = ? WHERE name = ?", (meta_json, self.name))
+            return True
+
+        return self._write(change)
+
+    def meta_history(self) -> list[tuple[int, datetime, int, LedgerMeta]]:
+        """Every metadata the ledger had: (version, when, head at that time, meta)."""
+        rows = self._read(
+            lambda cur: cur.execute(
+                "SELECT version, at, head, meta FROM meta_history WHERE ledger = ? "
+                "ORDER BY version",
+                (self.name,),
+            ).fetchall()
+        )
+        return [
+            (int(v), datetime.fromisoformat(at), int(h), parse_meta(m)) for v, at, h, m in rows
+        ]
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {int(min(self.lock_timeout, 2.0) * 1000)}")
+        if self.path != ":memory:":
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StorageError(f"cannot switch {self.path!r} to WAL mode (got {mode})")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > TABLES_VERSION:
+            raise StorageError(
+                f"{self.path!r} was written by a newer dpaccount (tables version {version})"
+            )
+        if version < TABLES_VERSION:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {TABLES_VERSION}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    def _tip(self, cur: sqlite3.Cursor) -> LedgerTip | None:
+        row = cur.execute(
+            "SELECT head, last_hash, epsilon_sum, delta_sum FROM ledgers WHERE name = ?",
+            (self.name,),
+        ).fetchone()
+        if row is None:
+            return None
+        return LedgerTip(
+            int(row[0]),
+            str(row[1]),
+            parse_frac(row[2], "epsilon_sum"),
+            parse_frac(row[3], "delta_sum"),
+        )
+
+    def _prev_hash(self, cur: sqlite3.Cursor, start: int) -> str:
+        if start == 0:
+            return GENESIS_HASH
+        row = cur.execute(
+            "SELECT hash FROM records WHERE ledger = ? AND seq = ?", (self.name, start - 1)
+        ).fetchone()
+        if row is None:
+            raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
+        return str(row[0])
+
+    def _insert_meta(
+        self, cur: sqlite3.Cursor, version: int, prev: str, head: int, meta_json: str
+    ) -> None:
+        at = datetime.now(UTC).isoformat()
+        cur.execute(
+            "INSERT INTO meta_history VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self.name, version, at, head, meta_json, prev,
+             meta_hash(prev, version, at, head, meta_json)),
+        )
+
+    def _retry(self, action: Callable[[], T]) -> T:
+        """Run ``action``, retrying while SQLite reports a lock, until the deadline."""
+        deadline = time.monotonic() + self.lock_timeout
+        pause = 0.001
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"could not lock the SQLite ledger {self.path!r} within "
+                        f"{self.lock_timeout:g} s; nothing was written"
+                    ) from exc
+            except sqlite3.Error as exc:
+                raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
+            time.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 2, 0.05)
+
+    def _write(self, body: Callable[[sqlite3.Cursor], T]) -> T:
+        """Run ``body`` in one BEGIN IMMEDIATE transaction and commit it durably."""
+
+        def attempt() -> T:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = body(conn.cursor())
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        with self._lock:
+            return self._retry(attempt)
+
+    def _read(self, body: Callable[[sqlite3.Cursor], T]) -> T:
+        """Run ``body`` in one read transaction (a consistent snapshot)."""
+
+        def attempt() -> T:
+            conn = self._conn
+            conn.execute("BEGIN")
+            try:
+                return body(conn.cursor())
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+        with self._lock:
+            return self._retry(attempt)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r}, name={self.name!r})"

@@ -1,0 +1,143 @@
+"""Processes racing on one durable ledger never overspend, and kill -9 loses nothing.
+
+16 processes x 50 charges of epsilon 1/100 against a budget of exactly 4 (400 charges):
+exactly 400 are accepted, every run, on SQLite and PostgreSQL, and no storage error
+(such as "database is locked") reaches a caller. Then writers are killed with SIGKILL in
+the middle of charging, at least 20 times: the ledger opens, verifies, its cached totals
+equal the sum of its records, and every answer a child "released" (wrote to its side
+file after charge() returned) has its record in the ledger.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from storage_helpers import pg_schema, pg_url
+
+from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.errors import BudgetExceededError, DPAccountError
+from dpaccount.ledgers import open_ledger
+
+pytestmark = pytest.mark.slow
+
+CTX = multiprocessing.get_context("fork")
+BUDGET = Budget(4)
+COST = PrivacyCost("1/100")
+
+
+def _race_worker(url: str, n: int, start: multiprocessing.synchronize.Event,
+                 out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    accepted = refused = 0
+    errors: list[str] = []
+    try:
+        acct = open_ledger(url, name="race", budget=BUDGET)
+        start.wait()
+        for i in range(n):
+            try:
+                acct.charge(COST, query_id=f"{os.getpid()}-{i}")
+                accepted += 1
+            except BudgetExceededError:
+                refused += 1
+            except DPAccountError as exc:  # any storage error is a failure of the test
+                errors.append(f"{type(exc).__name__}: {exc}")
+        acct.store.close()
+    finally:
+        out.put((accepted, refused, errors))
+
+
+def _race(url: str, procs: int = 16, per_proc: int = 50) -> None:
+    open_ledger(url, name="race", budget=BUDGET).store.close()
+    start, out = CTX.Event(), CTX.Queue()
+    workers = [CTX.Process(target=_race_worker, args=(url, per_proc, start, out))
+               for _ in range(procs)]
+    for w in workers:
+        w.start()
+    start.set()
+    results = [out.get(timeout=300) for _ in workers]
+    for w in workers:
+        w.join(timeout=60)
+    errors = [e for _, _, errs in results for e in errs]
+    assert errors == []
+    assert sum(a for a, _, _ in results) == 400
+    assert sum(r for _, r, _ in results) == procs * per_proc - 400
+    acct = open_ledger(url, name="race", budget=BUDGET)
+    assert len(acct.records) == 400
+    assert acct.spent == PrivacyCost(4)
+    assert acct.store.verify().epsilon_sum == Fraction(4)  # type: ignore[attr-defined]
+    acct.store.close()
+
+
+def test_sixteen_processes_sqlite(tmp_path: Path) -> None:
+    _race(f"sqlite:///{tmp_path / 'race.db'}")
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    yield from pg_schema()
+
+
+def test_sixteen_processes_postgres(schema: str) -> None:
+    _race(pg_url(schema))
+
+
+def _kill_worker(url: str, side: str, ready: multiprocessing.synchronize.Event) -> None:
+    acct = open_ledger(url, name="kill", budget=Budget(10**6))
+    fd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    ready.set()
+    i = 0
+    while True:
+        qid = f"{os.getpid()}-{i}"
+        acct.charge(COST, query_id=qid)
+        os.write(fd, f"{qid}\n".encode())  # the answer is "released" only now
+        i += 1
+
+
+def _kill_loop(url: str, tmp_path: Path, rounds: int) -> None:
+    rng = random.Random()
+    open_ledger(url, name="kill", budget=Budget(10**6)).store.close()
+    released: set[str] = set()
+    for r in range(rounds):
+        sides = [str(tmp_path / f"side-{r}-{k}.txt") for k in range(2)]
+        readies = [CTX.Event() for _ in sides]
+        children = [CTX.Process(target=_kill_worker, args=(url, s, e))
+                    for s, e in zip(sides, readies, strict=True)]
+        for c in children:
+            c.start()
+        for e in readies:
+            assert e.wait(timeout=60)
+        time.sleep(rng.uniform(0.01, 0.15))
+        for c in children:
+            assert c.pid is not None
+            os.kill(c.pid, signal.SIGKILL)
+        for c in children:
+            c.join(timeout=30)
+            assert c.exitcode == -signal.SIGKILL
+        for s in sides:
+            if os.path.exists(s):
+                released |= set(Path(s).read_text().split())
+        acct = open_ledger(url, name="kill", budget=Budget(10**6))  # verifies on open
+        records = acct.records
+        tip = acct.store.verify()  # type: ignore[attr-defined]
+        assert tip.head == len(records)
+        assert tip.epsilon_sum == sum((x.cost.epsilon for x in records), Fraction(0))
+        assert acct.spent.epsilon == tip.epsilon_sum
+        stored = {x.query_id for x in records}
+        assert released <= stored, sorted(released - stored)[:5]
+        acct.store.close()
+    assert len(released) > rounds  # the children really were charging when killed
+
+
+def test_kill_nine_sqlite(tmp_path: Path) -> None:
+    _kill_loop(f"sqlite:///{tmp_path / 'kill.db'}", tmp_path, rounds=20)
+
+
+def test_kill_nine_postgres(schema: str, tmp_path: Path) -> None:
+    _kill_loop(pg_url(schema), tmp_path, rounds=20)

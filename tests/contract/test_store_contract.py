@@ -1,0 +1,398 @@
+"""One contract every ledger store passes: memory, SQLite and PostgreSQL.
+
+The base class :class:`StoreContract` states the Store protocol's behaviour; each
+backend subclasses it and says how to open (and reopen) a store. The durable backends
+also pass :class:`DurableContract`: persistence, append-only triggers, tamper detection,
+explicit migrations and many ledgers per database.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from storage_helpers import pg_schema, pg_url
+
+from dpaccount.accountant import Accountant
+from dpaccount.charges import GaussianCharge, LaplaceCharge, Relation, Repeated, cost_of
+from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.errors import (
+    BudgetExceededError,
+    ConfigError,
+    DuplicateQueryError,
+    LedgerConflictError,
+    LedgerCorruptError,
+    StorageError,
+)
+from dpaccount.ledgers import open_ledger
+from dpaccount.records import LedgerMeta, LedgerRecord
+from dpaccount.storage.base import Store
+from dpaccount.storage.memory import MemoryStore
+from dpaccount.storage.sqlite import SQLiteStore
+
+META = LedgerMeta.build("main", Budget(1, "1e-6"), {"name": "basic"}, Relation.ADD_REMOVE)
+
+
+def rec(
+    seq: int, eps: str = "1/10", query_id: str | None = None, charge: Any = None
+) -> LedgerRecord:
+    charge = PrivacyCost(eps) if charge is None else charge
+
+    return LedgerRecord(
+        seq=seq,
+        label=f"q{seq}",
+        charge=charge,
+        cost=cost_of(charge),
+        rule="basic",
+        timestamp=datetime(2026, 1, 1, 12, 0, seq % 60, tzinfo=UTC),
+        query_id=query_id,
+    )
+
+
+class StoreContract:
+    """Behaviour every :class:`Store` must have."""
+
+    durable = False
+
+    @pytest.fixture
+    def opener(self) -> Callable[[str], Store]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @pytest.fixture
+    def store(self, opener: Callable[[str], Store]) -> Iterator[Store]:
+        s = opener("main")
+        s.initialize(META)
+        yield s
+        s.close()
+
+    def test_is_a_store(self, store: Store) -> None:
+        assert isinstance(store, Store)
+
+    def test_initialize_keeps_the_first_meta(self, store: Store) -> None:
+        other = LedgerMeta.build("main", Budget(5), {"name": "basic"}, Relation.SUBSTITUTION)
+        assert store.initialize(other) == META
+        assert store.initialize(META) == META
+
+    def test_empty_ledger(self, store: Store) -> None:
+        assert store.head() == 0
+        assert list(store.read()) == []
+        assert store.find("nope") is None
+
+    def test_append_and_read_round_trip(self, store: Store) -> None:
+        charges = [PrivacyCost("1/3", "1e-9"), LaplaceCharge(2, 1),
+                   Repeated(GaussianCharge(4, 1, "1/2"), 3)]
+        records = [rec(i, charge=c, query_id=f"id{i}") for i, c in enumerate(charges)]
+        for r in records:
+            store.append(r.seq, r)
+        assert store.head() == 3
+        assert list(store.read()) == records
+        assert list(store.read(1)) == records[1:]
+        assert list(store.read(3)) == []
+        assert store.find("id2") == records[2]
+
+    def test_append_with_a_stale_head_conflicts_and_writes_nothing(self, store: Store) -> None:
+        store.append(0, rec(0))
+        with pytest.raises(LedgerConflictError):
+            store.append(0, rec(0, eps="1/2"))
+        with pytest.raises(LedgerConflictError):
+            store.append(2, rec(2))
+        assert store.head() == 1
+        assert [r.cost.epsilon for r in store.read()] == [Fraction(1, 10)]
+
+    def test_duplicate_query_id_conflicts(self, store: Store) -> None:
+        store.append(0, rec(0, query_id="same"))
+        with pytest.raises(LedgerConflictError):
+            store.append(1, rec(1, query_id="same"))
+        assert store.head() == 1
+        found = store.find("same")
+        assert found is not None and found.seq == 0
+
+    def test_records_without_query_id_do_not_collide(self, store: Store) -> None:
+        for i in range(3):
+            store.append(i, rec(i))
+        assert store.head() == 3
+
+    def test_threads_racing_never_lose_or_duplicate(self, opener: Callable[[str], Store],
+                                                    store: Store) -> None:
+        per_thread, threads = 15, 4
+        stores = [store] + [opener("main") if self.durable else store for _ in range(threads - 1)]
+        for s in stores[1:]:
+            s.initialize(META)
+
+        def worker(s: Store, t: int) -> None:
+            done = 0
+            while done < per_thread:
+                head = s.head()
+                try:
+                    s.append(head, rec(head, query_id=f"t{t}-{done}"))
+                except LedgerConflictError:
+                    continue
+                done += 1
+
+        pool = [threading.Thread(target=worker, args=(s, t)) for t, s in enumerate(stores)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        records = store.read()
+        assert [r.seq for r in records] == list(range(per_thread * threads))
+        assert len({r.query_id for r in records}) == per_thread * threads
+        for s in stores[1:]:
+            if s is not store:
+                s.close()
+
+    def test_accountant_enforces_the_budget_on_this_store(self, store: Store) -> None:
+        acct = Accountant(Budget(1, "1e-6"), store=store, name="main")
+        for _ in range(4):
+            acct.charge(PrivacyCost("1/4"))
+        with pytest.raises(BudgetExceededError):
+            acct.charge(PrivacyCost("1/100"))
+        assert store.head() == 4
+
+    def test_accountant_refuses_a_retried_query_id(self, store: Store) -> None:
+        acct = Accountant(Budget(1, "1e-6"), store=store, name="main")
+        first = acct.charge(PrivacyCost("1/4"), query_id="job-7")
+        with pytest.raises(DuplicateQueryError) as info:
+            acct.charge(PrivacyCost("1/4"), query_id="job-7")
+        assert info.value.record == first
+        assert acct.spent == PrivacyCost("1/4")
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def opener(self) -> Callable[[str], Store]:
+        return lambda name: MemoryStore()
+
+
+class DurableContract(StoreContract):
+    """What the SQL stores add: persistence, triggers, verification, migration."""
+
+    durable = True
+
+    def raw(self, sql: str) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def unprotect(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def url(self) -> str:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def fill(self, store: Store, n: int = 5) -> list[LedgerRecord]:
+        records = [rec(i, eps=f"{i + 1}/100") for i in range(n)]
+        for r in records:
+            store.append(r.seq, r)
+        return records
+
+    def test_records_persist_across_reopen(self, opener: Callable[[str], Store],
+                                           store: Store) -> None:
+        records = self.fill(store)
+        store.close()
+        again = opener("main")
+        assert again.initialize(META) == META
+        assert list(again.read()) == records
+        again.close()
+
+    def test_tip_caches_exact_sums(self, store: Store) -> None:
+        self.fill(store, 4)
+        tip = store.verify()  # type: ignore[attr-defined]
+        assert tip.head == 4
+        assert tip.epsilon_sum == Fraction(1 + 2 + 3 + 4, 100)
+
+    def test_triggers_refuse_update_and_delete(self, store: Store) -> None:
+        self.fill(store, 2)
+        for sql in ("UPDATE {s}records SET payload = 'x'", "DELETE FROM {s}records"):
+            with pytest.raises(Exception, match="append-only") as info:
+                self.raw(sql)
+            assert isinstance(info.value, (sqlite3.Error, self.db_error()))
+        assert store.head() == 2
+        store.verify()  # type: ignore[attr-defined]
+
+    def db_error(self) -> type[Exception]:
+        return sqlite3.Error
+
+    @pytest.mark.parametrize(
+        ("tamper", "bad_seq"),
+        [
+            ("UPDATE {s}records SET payload = replace(payload, '\"3/100\"', '\"1/100\"') "
+             "WHERE seq = 2", 2),
+            ("UPDATE {s}records SET payload = replace(payload, '\"q2\"', '\"qq\"') "
+             "WHERE seq = 2", 2),
+            ("DELETE FROM {s}records WHERE seq = 1", 1),
+            ("DELETE FROM {s}records WHERE seq = 4", 4),
+            ("UPDATE {s}records SET hash = 'f' || substr(hash, 2) WHERE seq = 3", 3),
+            ("UPDATE {s}ledgers SET epsilon_sum = '1/1000'", 4),
+        ],
+    )
+    def test_tampering_is_detected_by_verify_and_on_open(
+        self, opener: Callable[[str], Store], store: Store, tamper: str, bad_seq: int
+    ) -> None:
+        self.fill(store)
+        self.unprotect()
+        self.raw(tamper)
+        with pytest.raises(LedgerCorruptError) as info:
+            store.verify()  # type: ignore[attr-defined]
+        assert info.value.seq == bad_seq
+        again = opener("main")
+        with pytest.raises(LedgerCorruptError):
+            again.initialize(META)
+        with pytest.raises(LedgerCorruptError):
+            open_ledger(self.url(), name="main", budget=Budget(1, "1e-6"))
+        again.close()
+
+    def test_meta_edit_without_migration_is_detected(self, store: Store) -> None:
+        self.fill(store, 1)
+        self.raw("UPDATE {s}ledgers SET meta = replace(meta, '\"1/1\"', '\"9/1\"')")
+        with pytest.raises(LedgerCorruptError, match="migration"):
+            store.verify()  # type: ignore[attr-defined]
+
+    def test_reopen_with_other_settings_is_refused_unless_migrated(self, store: Store) -> None:
+        store.close()
+        acct = open_ledger(self.url(), name="main", budget=Budget(1, "1e-6"))
+        acct.charge(PrivacyCost("1/2"))
+        acct.store.close()
+        with pytest.raises(ConfigError):
+            open_ledger(self.url(), name="main", budget=Budget(2, "1e-6"))
+        with pytest.raises(ConfigError):
+            open_ledger(self.url(), name="main", budget=Budget(1, "1e-6"),
+                        relation="substitution")
+        bigger = open_ledger(self.url(), name="main", budget=Budget(2, "1e-6"), migrate=True)
+        assert bigger.spent == PrivacyCost("1/2")
+        assert bigger.remaining().epsilon == Fraction(3, 2)
+        history = bigger.store.meta_history()  # type: ignore[attr-defined]
+        assert [(v, h, m.budget.epsilon) for v, _, h, m in history] == [
+            (0, 0, Fraction(1)), (1, 1, Fraction(2))]
+        bigger.store.close()
+        same = open_ledger(self.url(), name="main", budget=Budget(2, "1e-6"))
+        assert same.spent == PrivacyCost("1/2")
+        same.store.close()
+
+    def test_many_named_ledgers_share_a_database(self, store: Store) -> None:
+        store.close()
+        a = open_ledger(self.url(), name="census", budget=1)
+        b = open_ledger(self.url(), name="survey", budget=2)
+        a.charge(PrivacyCost("1/4"), query_id="x")
+        b.charge(PrivacyCost("1"), query_id="x")  # the same id in another ledger is fine
+        assert (a.spent.epsilon, b.spent.epsilon) == (Fraction(1, 4), Fraction(1))
+        assert set(a.store.names()) >= {"census", "survey", "main"}  # type: ignore[attr-defined]
+        a.store.close()
+        b.store.close()
+
+
+class TestSQLiteStore(DurableContract):
+    @pytest.fixture(autouse=True)
+    def _path(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "ledger.db"
+
+    @pytest.fixture
+    def opener(self) -> Callable[[str], Store]:
+        return lambda name: SQLiteStore(self.path, name=name)
+
+    def url(self) -> str:
+        return f"sqlite:///{self.path}"
+
+    def raw(self, sql: str) -> None:
+        with sqlite3.connect(self.path) as conn:
+            conn.execute(sql.format(s=""))
+        conn.close()
+
+    def unprotect(self) -> None:
+        with sqlite3.connect(self.path) as conn:
+            for t in ("records_append_only_update", "records_append_only_delete"):
+                conn.execute(f"DROP TRIGGER {t}")
+        conn.close()
+
+    def test_file_settings(self, store: Store) -> None:
+        with sqlite3.connect(self.path) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            types = {r[2] for t in ("ledgers", "records")
+                     for r in conn.execute(f"PRAGMA table_info({t})")}
+        conn.close()
+        assert "REAL" not in types
+
+    def test_a_lock_held_too_long_fails_closed(self) -> None:
+        s = SQLiteStore(self.path, name="main", lock_timeout=0.3)
+        s.initialize(META)
+        blocker = sqlite3.connect(self.path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(StorageError, match="could not lock") as info:
+                s.append(0, rec(0))
+            assert not isinstance(info.value, LedgerConflictError)
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        assert s.head() == 0
+        s.close()
+
+    def test_not_a_database_fails_closed(self, tmp_path: Path) -> None:
+        junk = tmp_path / "junk.db"
+        junk.write_bytes(b"this is not a database file at all" * 100)
+        with pytest.raises(StorageError):
+            SQLiteStore(junk).initialize(META)
+
+
+class TestPostgresStore(DurableContract):
+    @pytest.fixture(autouse=True)
+    def _schema(self) -> Iterator[None]:
+        for schema in pg_schema():
+            self.schema = schema
+            yield
+
+    @pytest.fixture
+    def opener(self) -> Callable[[str], Store]:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+
+        return lambda name: PostgresStore(PG_URL, name=name, schema=self.schema)
+
+    def url(self) -> str:
+        return pg_url(self.schema)
+
+    def db_error(self) -> type[Exception]:
+        import psycopg
+
+        return psycopg.Error  # type: ignore[no-any-return]
+
+    def raw(self, sql: str) -> None:
+        import psycopg
+        from storage_helpers import PG_URL
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(sql.format(s=f'"{self.schema}".'))  # type: ignore[arg-type]
+
+    def unprotect(self) -> None:
+        self.raw("ALTER TABLE {s}records DISABLE TRIGGER USER")
+
+    def test_truncate_is_refused(self, store: Store) -> None:
+        import psycopg
+
+        self.fill(store, 2)
+        with pytest.raises(psycopg.Error, match="append-only"):
+            self.raw("TRUNCATE {s}records")
+        assert store.head() == 2
+
+    @pytest.mark.parametrize("locking", ["row", "serializable"])
+    def test_other_locking_modes_pass_the_basics(self, locking: str) -> None:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+
+        s = PostgresStore(PG_URL, name="lk", schema=self.schema, locking=locking)  # type: ignore[arg-type]
+        s.initialize(META.model_copy(update={"name": "lk"}))
+        s.append(0, rec(0, query_id="a"))
+        with pytest.raises(LedgerConflictError):
+            s.append(0, rec(0))
+        with pytest.raises(LedgerConflictError):
+            s.append(1, rec(1, query_id="a"))
+        s.append(1, rec(1))
+        assert [r.seq for r in s.read()] == [0, 1]
+        assert s.verify().head == 2
+        s.close()

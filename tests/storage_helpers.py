@@ -1,0 +1,64 @@
+"""Helpers for the storage tests: PostgreSQL availability and per-run schemas."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+PG_URL = os.environ.get("DPACCOUNT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+REQUIRE_PG = os.environ.get("DPACCOUNT_REQUIRE_POSTGRES") == "1"
+
+
+def postgres_reason() -> str | None:
+    """None if the test server answers, else why the PostgreSQL tests are skipped."""
+    try:
+        import psycopg
+    except ImportError:
+        return 'psycopg is not installed (pip install "dpaccount[postgres]")'
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {PG_URL} is unreachable: {exc}"
+    return None
+
+
+def need_postgres() -> None:
+    """Skip (or, with DPACCOUNT_REQUIRE_POSTGRES=1, fail) when PostgreSQL is missing."""
+    reason = postgres_reason()
+    if reason is None:
+        return
+    if REQUIRE_PG:
+        pytest.fail(f"DPACCOUNT_REQUIRE_POSTGRES=1 but {reason}")
+    pytest.skip(reason)
+
+
+def new_schema() -> str:
+    """A schema name unique to this test run."""
+    return f"dpacct_test_{os.getpid()}_{uuid.uuid4().hex[:10]}"
+
+
+def drop_schema(schema: str) -> None:
+    """Drop a test schema and everything in it."""
+    import psycopg
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def pg_schema() -> Iterator[str]:
+    """Generator body for a fixture yielding a fresh schema, dropped afterwards."""
+    need_postgres()
+    schema = new_schema()
+    try:
+        yield schema
+    finally:
+        drop_schema(schema)
+
+
+def pg_url(schema: str) -> str:
+    """The ledger URL of the test server in ``schema``."""
+    return f"{PG_URL}?schema={schema}"

@@ -1,0 +1,141 @@
+"""Records: closed-world serialisation, canonical bytes and the hash chain."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta, timezone
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpaccount.charges import GaussianCharge, LaplaceCharge, Repeated, cost_of
+from dpaccount.costs import PrivacyCost
+from dpaccount.errors import LedgerCorruptError
+from dpaccount.records import (
+    GENESIS_HASH,
+    LedgerRecord,
+    canonical_bytes,
+    chain_hash,
+    decode_record,
+    encode_record,
+)
+from dpaccount.storage._sql import check_records, frac_text, parse_frac
+
+fractions = st.fractions(min_value=0, max_value=100, max_denominator=10**6)
+deltas = st.fractions(min_value=0, max_value=Fraction(1, 1000), max_denominator=10**9)
+positive = st.fractions(min_value=Fraction(1, 1000), max_value=100, max_denominator=10**6)
+
+charges = st.one_of(
+    st.builds(PrivacyCost, fractions, deltas),
+    st.builds(LaplaceCharge, positive, positive),
+    st.builds(Repeated, st.builds(PrivacyCost, fractions, deltas), st.integers(1, 50)),
+)
+
+
+def make(seq: int, charge: object, label: str | None = "q", qid: str | None = None) -> LedgerRecord:
+    return LedgerRecord(seq, label, charge, cost_of(charge), "basic",  # type: ignore[arg-type]
+                        datetime(2026, 5, 1, tzinfo=UTC) + timedelta(seconds=seq), qid)
+
+
+@settings(max_examples=100, deadline=None)
+@given(charge=charges, seq=st.integers(0, 10**6), label=st.none() | st.text(max_size=20),
+       qid=st.none() | st.text(max_size=20))
+def test_round_trip(charge: object, seq: int, label: str | None, qid: str | None) -> None:
+    record = make(seq, charge, label, qid)
+    assert decode_record(canonical_bytes(record)) == record
+    assert decode_record(encode_record(record).model_dump(mode="json")) == record
+
+
+def test_gaussian_round_trip() -> None:
+    record = make(0, GaussianCharge(3, 1, "1/2"))
+    assert decode_record(canonical_bytes(record)) == record
+
+
+def test_canonical_bytes_are_sorted_compact_json() -> None:
+    data = canonical_bytes(make(3, PrivacyCost("1/3")))
+    parsed = json.loads(data)
+    assert data == json.dumps(parsed, sort_keys=True, separators=(",", ":")).encode()
+    assert parsed["cost"] == {"kind": "cost", "epsilon": "1/3", "delta": "0/1"}
+
+
+def test_chain_hash_is_sha256_of_prev_and_record() -> None:
+    record = make(0, PrivacyCost(1))
+    expected = hashlib.sha256(GENESIS_HASH.encode() + b"\n" + canonical_bytes(record))
+    assert chain_hash(GENESIS_HASH, record) == expected.hexdigest()
+    assert chain_hash("1" * 64, record) != chain_hash(GENESIS_HASH, record)
+
+
+def test_timestamps_are_normalised_to_utc() -> None:
+    local = make(0, PrivacyCost(1))
+    shifted = local.timestamp.astimezone(timezone(timedelta(hours=5)))
+    payload = json.loads(canonical_bytes(local))
+    payload["timestamp"] = shifted.isoformat()
+    assert decode_record(payload).timestamp == local.timestamp
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda p: p.update(kind_extra=1),
+        lambda p: p["cost"].update(epsilon="2/1"),           # cost disagrees with charge
+        lambda p: p["charge"].update(kind="module.Evil"),    # closed world
+        lambda p: p["charge"].update(epsilon="-1/1"),
+        lambda p: p["charge"].update(delta="1/1"),
+        lambda p: p.update(schema_version=99),
+        lambda p: p.update(seq=-1),
+    ],
+)
+def test_invalid_payloads_are_corrupt(edit: object) -> None:
+    payload = json.loads(canonical_bytes(make(0, PrivacyCost(1))))
+    edit(payload)  # type: ignore[operator]
+    with pytest.raises(LedgerCorruptError):
+        decode_record(payload)
+
+
+def rows(n: int) -> list[tuple[int, str, str, str, str | None]]:
+    out, prev = [], GENESIS_HASH
+    for i in range(n):
+        record = make(i, PrivacyCost(Fraction(i + 1, 7)), qid=f"id{i}")
+        h = chain_hash(prev, record)
+        out.append((i, canonical_bytes(record).decode(), prev, h, f"id{i}"))
+        prev = h
+    return out
+
+
+def test_check_records_accepts_an_intact_chain() -> None:
+    assert [r.seq for r in check_records(rows(4), 0, GENESIS_HASH)] == [0, 1, 2, 3]
+    good = rows(4)
+    assert [r.seq for r in check_records(good[2:], 2, good[1][3])] == [2, 3]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "bad"),
+    [
+        (lambda r: r.pop(1), 1),                                                  # deleted
+        (lambda r: r.__setitem__(2, (2, r[2][1].replace("3/7", "1/7"), *r[2][2:])), 2),
+        (lambda r: r.__setitem__(2, (*r[2][:4], "other")), 2),                   # query_id col
+        (lambda r: r.__setitem__(3, (3, r[3][1], "0" * 63 + "1", *r[3][3:])), 3),  # prev_hash
+        (lambda r: r.__setitem__(0, (0, "{not json", *r[0][2:])), 0),
+    ],
+)
+def test_check_records_names_the_first_bad_seq(mutate: object, bad: int) -> None:
+    broken = rows(5)
+    mutate(broken)  # type: ignore[operator]
+    with pytest.raises(LedgerCorruptError) as info:
+        check_records(broken, 0, GENESIS_HASH)
+    assert info.value.seq == bad
+
+
+@settings(max_examples=100, deadline=None)
+@given(fractions)
+def test_frac_text_round_trip(value: Fraction) -> None:
+    assert parse_frac(frac_text(value), "x") == value
+
+
+@pytest.mark.parametrize("text", ["", "1/0", "a/b", "0.5"])
+def test_parse_frac_rejects_non_exact_text(text: str) -> None:
+    with pytest.raises(LedgerCorruptError):
+        parse_frac(text, "epsilon_sum")
