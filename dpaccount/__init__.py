@@ -34,6 +34,13 @@ from dpaccount.errors import (
     UnsupportedChargeError,
 )
 from dpaccount.ledgers import open_ledger
+from dpaccount.mechanisms import (
+    ExponentialMechanism,
+    GaussianMechanism,
+    LaplaceMechanism,
+    Mechanism,
+    RandomSource,
+)
 from dpaccount.records import LedgerRecord
 
 __version__ = "0.1.0"
@@ -45,14 +52,19 @@ __all__ = [
     "ConfigError",
     "DPAccountError",
     "DuplicateQueryError",
+    "ExponentialMechanism",
     "GaussianCharge",
+    "GaussianMechanism",
     "InvalidCostError",
     "LaplaceCharge",
+    "LaplaceMechanism",
     "LedgerConflictError",
     "LedgerCorruptError",
     "LedgerRecord",
+    "Mechanism",
     "Parallel",
     "PrivacyCost",
+    "RandomSource",
     "Relation",
     "Repeated",
     "Scheme",

@@ -1,8 +1,10 @@
 """``dpaccount demo``: a realistic guarded pipeline on a synthetic census table.
 
 The table is generated here (100,000 rows, a fixed seed: it is public demo data, not
-noise). A series of counts, sums and means runs through the guard against one ledger;
-each answer is printed with its charge and what remains, and the last query is refused.
+noise). A series of counts, sums and a mean runs through the guard against a SQLite
+ledger file (``./dpaccount-demo.db`` by default); each answer is printed with its charge
+and what remains, and the query that would exceed the budget is refused. The ledger
+persists: a second run starts where the first stopped (``--fresh`` starts over).
 """
 
 from __future__ import annotations
@@ -11,19 +13,23 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
 from dpaccount.accountant import Accountant
 from dpaccount.costs import Budget, format_number
-from dpaccount.errors import BudgetExceededError
+from dpaccount.errors import BudgetExceededError, ConfigError
+from dpaccount.ledgers import open_ledger
 from dpaccount.mechanisms import GaussianMechanism, LaplaceMechanism
 from dpaccount.mechanisms.base import Mechanism
 
 __all__ = ["add_demo_command", "make_census", "run_demo"]
 
 ROWS = 100_000
+DEFAULT_LEDGER = "sqlite:///dpaccount-demo.db"
+DEMO_BUDGET = Budget(1, "1e-6")
 
 
 def make_census(rows: int = ROWS, seed: int = 2026) -> dict[str, np.ndarray]:
@@ -44,27 +50,32 @@ class _Step:
 
 
 def _steps() -> list[_Step]:
-    """The pipeline: each query declares its clipping bounds and hence its sensitivity."""
+    """The pipeline: each query declares its clipping bounds and hence its sensitivity.
+
+    Sensitivities are for add/remove neighbours (one person's row added or removed).
+    """
     income_cap = 250_000.0
     return [
-        _Step("count of adults (age >= 18)", LaplaceMechanism(epsilon=0.1, sensitivity=1),
+        _Step("count of all people", LaplaceMechanism(epsilon="0.1", sensitivity=1),
+              lambda t: int(t["age"].size)),
+        _Step("count of adults (age >= 18)", LaplaceMechanism(epsilon="0.1", sensitivity=1),
               lambda t: int(np.count_nonzero(t["age"] >= 18))),
-        _Step("count of people over 65", LaplaceMechanism(epsilon=0.1, sensitivity=1),
-              lambda t: int(np.count_nonzero(t["age"] > 65))),
+        _Step("sum of ages (clipped to [0, 100])",
+              LaplaceMechanism(epsilon="0.1", sensitivity=100),
+              lambda t: float(np.clip(t["age"], 0, 100).sum())),
         _Step("total weekly hours (clipped to [0, 80])",
-              LaplaceMechanism(epsilon=0.2, sensitivity=80),
+              LaplaceMechanism(epsilon="0.2", sensitivity=80),
               lambda t: float(np.clip(t["hours"], 0, 80).sum())),
         _Step("total income (clipped to [0, 250k])",
-              GaussianMechanism(epsilon=0.3, delta=1e-7, sensitivity=income_cap),
+              GaussianMechanism(epsilon="0.2", delta="1e-7", sensitivity=income_cap),
               lambda t: float(np.clip(t["income"], 0, income_cap).sum())),
-        _Step("people per region (5 disjoint bins, L2 sensitivity 1)",
-              GaussianMechanism(epsilon=0.2, delta=1e-7, sensitivity=1),
+        _Step("people per region (5 bins, L2 sensitivity 1)",
+              GaussianMechanism(epsilon="0.2", delta="1e-7", sensitivity=1, dimension=5),
               lambda t: np.bincount(t["region"], minlength=5).astype(float)),
-        _Step("count of people in region 0", LaplaceMechanism(epsilon=0.1, sensitivity=1),
+        _Step("count of people over 65", LaplaceMechanism(epsilon="0.1", sensitivity=1),
+              lambda t: int(np.count_nonzero(t["age"] > 65))),
+        _Step("count of people in region 0", LaplaceMechanism(epsilon="0.2", sensitivity=1),
               lambda t: int(np.count_nonzero(t["region"] == 0))),
-        _Step("mean age (sum clipped to [0, 100]; needs a new count)",
-              LaplaceMechanism(epsilon=0.2, sensitivity=100),
-              lambda t: float(np.clip(t["age"], 0, 100).sum())),
     ]
 
 
@@ -74,20 +85,21 @@ def _fmt_answer(value: Any) -> str:
     return f"{value:,.1f}"
 
 
-def run_demo(acct: Accountant | None = None, out: TextIO | None = None) -> int:
-    """Run the demo pipeline against ``acct`` (a fresh 1.0-epsilon ledger by default).
+def run_demo(acct: Accountant, out: TextIO | None = None) -> int:
+    """Run the demo pipeline against ``acct``, printing a table; returns 0.
 
-    Returns:
-        The exit status: 0 when the pipeline ran and its last query was refused.
+    Each query is charged before it touches the table; the loop stops at the first
+    refusal, which is explained.
     """
     out = out or sys.stdout
-    acct = acct if acct is not None else Accountant(Budget(1, "1e-6"))
     table = make_census()
     print(f"dpaccount demo: {ROWS:,} synthetic census rows; budget {acct.budget}, "
-          f"rule {acct.rule.name!r}, already spent {acct.spent}", file=out)
-    header = f"{'#':>3}  {'query':<52} {'noisy answer':>26}  {'charge':<24} remaining"
+          f"rule {acct.rule.name!r}, already spent {acct.spent} in "
+          f"{len(acct.records)} earlier charges", file=out)
+    header = f"{'#':>3}  {'query':<48} {'noisy answer':>40}  {'charge':<30} remaining"
     print(header, file=out)
     print("-" * len(header), file=out)
+    answers: dict[str, Any] = {}
     refused: tuple[_Step, BudgetExceededError] | None = None
     for step in _steps():
         try:
@@ -95,28 +107,53 @@ def run_demo(acct: Accountant | None = None, out: TextIO | None = None) -> int:
         except BudgetExceededError as error:
             refused = (step, error)
             break
+        answers[step.label] = answer
         record = acct.records[-1]
         left = acct.remaining()
-        print(f"{record.seq:>3}  {step.label:<52} {_fmt_answer(answer):>26}  "
-              f"{record.cost!s:<24} ε={format_number(left.epsilon)}, "
+        print(f"{record.seq:>3}  {step.label:<48} {_fmt_answer(answer):>40}  "
+              f"{record.cost!s:<30} ε={format_number(left.epsilon)}, "
               f"δ={format_number(left.delta)}", file=out)
+        if step.label.startswith("sum of ages") and "count of all people" in answers:
+            mean = answer / max(answers["count of all people"], 1.0)
+            print(f"{'':>3}  {'  -> mean age = noisy sum / noisy count':<48} "
+                  f"{mean:>40.2f}  {'free (post-processing)':<30}", file=out)
     if refused is None:
-        print("every query fitted the budget; nothing was refused", file=out)
+        print("\nevery query fitted the budget; run the demo again to see the ledger "
+              "refuse (the budget persists)", file=out)
         return 0
     step, exc = refused
     print(f"\nREFUSED before touching the data: {step.label}", file=out)
-    print(f"  requested {exc.requested}, spent {exc.spent}, budget {exc.budget}", file=out)
-    print("  The ledger is unchanged and the query function never ran. Spend less per "
-          "query, or plan the pipeline with a tighter rule (see `dpaccount compose`).",
+    print(f"  requested {exc.requested}, already spent {exc.spent}, budget {exc.budget}",
           file=out)
+    print("  Nothing was recorded and the query never ran. The ledger persists across "
+          "runs;\n  start over with `dpaccount demo --fresh`, or plan queries with a "
+          "tighter rule (`dpaccount compose`).", file=out)
     return 0
 
 
 def add_demo_command(sub: Any) -> None:
     """Register ``dpaccount demo`` on an argparse subparsers object."""
-    parser = sub.add_parser("demo", help="run a guarded pipeline on synthetic census data")
+    parser = sub.add_parser(
+        "demo",
+        help="run a guarded pipeline on synthetic census data",
+        description="Run a guarded pipeline on a synthetic census table against a "
+        "persistent SQLite ledger: run it twice to see the budget persist.",
+    )
+    parser.add_argument("--ledger", default=DEFAULT_LEDGER,
+                        help=f"ledger URL (default {DEFAULT_LEDGER})")
+    parser.add_argument("--fresh", action="store_true",
+                        help="delete the demo's SQLite ledger file first and start over")
     parser.set_defaults(func=_cmd_demo)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo()
+    url: str = args.ledger
+    if args.fresh:
+        if not url.startswith("sqlite:///"):
+            raise ConfigError("--fresh only deletes a demo SQLite ledger file")
+        path = Path(url.removeprefix("sqlite:///"))
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+    acct = open_ledger(url, name="demo", budget=DEMO_BUDGET)
+    print(f"ledger: {url} (name 'demo')")
+    return run_demo(acct)

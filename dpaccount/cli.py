@@ -34,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DPAccountError as exc:
         print(f"dpaccount: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head` and closed early
+        sys.stderr.close()
+        return 0
     return status
 
 

@@ -28,11 +28,16 @@ __all__ = ["Budget", "PrivacyCost", "format_number"]
 
 
 def format_number(value: Fraction | None) -> str:
-    """Show an exact value as the shortest float that is not below it.
+    """Show an exact value readably, never below its true value.
+
+    A finite decimal of at most 17 significant digits is shown exactly; anything else
+    as the shortest float that is not below it.
 
     Example:
         >>> format_number(Fraction(1, 10))
         '0.1'
+        >>> format_number(Fraction(1, 10**6))
+        '1e-06'
         >>> format_number(Fraction(1, 3))
         '0.33333333333333337'
         >>> format_number(None)
@@ -40,11 +45,28 @@ def format_number(value: Fraction | None) -> str:
     """
     if value is None:
         return "inf"
-    if value == 0:
-        return "0"
     if value.denominator == 1:
         return str(value.numerator)
-    return repr(float_up(value))
+    exact = _short_decimal(value)
+    return exact if exact is not None else repr(float_up(value))
+
+
+def _short_decimal(value: Fraction) -> str | None:
+    rest, twos, fives = value.denominator, 0, 0
+    while rest % 2 == 0:
+        rest, twos = rest // 2, twos + 1
+    while rest % 5 == 0:
+        rest, fives = rest // 5, fives + 1
+    if rest != 1:
+        return None
+    places = max(twos, fives)
+    digits = value.numerator * 10**places // value.denominator
+    if len(str(abs(digits)).rstrip("0")) > 17:
+        return None
+    text = repr(float(digits) / 10**places) if places <= 22 else None
+    if text is not None and Fraction(text) == value:
+        return text
+    return None
 
 
 @attrs.frozen(repr=False)

@@ -11,7 +11,8 @@ EXPECTED = {
     "DuplicateQueryError", "GaussianCharge", "InvalidCostError", "LaplaceCharge",
     "LedgerConflictError", "LedgerCorruptError", "LedgerRecord", "Parallel", "PrivacyCost",
     "Relation", "Repeated", "Scheme", "StorageError", "Subsampled",
-    "UnsupportedChargeError", "__version__", "open_ledger",
+    "UnsupportedChargeError", "__version__", "open_ledger", "ExponentialMechanism",
+    "GaussianMechanism", "LaplaceMechanism", "Mechanism", "RandomSource",
 }
 
 

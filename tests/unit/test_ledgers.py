@@ -105,8 +105,8 @@ def test_show_lists_charges_spent_and_remaining(ledger_url: str) -> None:
     status, text = run("show", ledger_url, "--name", "census")
     assert status == 0
     assert "count adults" in text and "sum income" in text and "q1" in text
-    # 1/4 + 1/2 = 3/4 exactly; delta 1e-7 is shown as the float just above 10**-7
-    assert "spent: (ε=0.75, δ=1.0000000000000001e-07)" in text
+    # 1/4 + 1/2 = 3/4 exactly; the decimal delta 10**-7 is shown exactly
+    assert "spent: (ε=0.75, δ=1e-07)" in text
     # remaining delta 9e-7 shown rounded down (9e-7 as a float is above 9 * 10**-7)
     assert f"remaining (shown rounded down): epsilon 0.25, delta {9e-7!r}" in text
 

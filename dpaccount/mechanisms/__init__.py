@@ -1,0 +1,20 @@
+"""Noise-adding mechanisms: each states its charge before it runs, then releases.
+
+Noise comes from the OS CSPRNG by default (:class:`RandomSource`); every sampler is
+exact on the integers (discrete Laplace / Gaussian on a lattice, exact Bernoulli draws),
+and every charge is the guarantee of the sampler actually used.
+"""
+
+from dpaccount.mechanisms._sampling import RandomSource
+from dpaccount.mechanisms.base import Mechanism
+from dpaccount.mechanisms.exponential import ExponentialMechanism
+from dpaccount.mechanisms.gaussian import GaussianMechanism
+from dpaccount.mechanisms.laplace import LaplaceMechanism
+
+__all__ = [
+    "ExponentialMechanism",
+    "GaussianMechanism",
+    "LaplaceMechanism",
+    "Mechanism",
+    "RandomSource",
+]
