@@ -127,6 +127,8 @@ class Accountant:
         options = dict(rule_options or {})
         if plan is not None:
             options["plan"] = plan
+        if isinstance(rule, str):
+            options.setdefault("budget", self._budget)  # rules take defaults from it
         self._rule: Rule[Any] = make_rule(rule, **options)
         self._store: Store = store if store is not None else MemoryStore()
         self._lock = threading.RLock()

@@ -1,14 +1,84 @@
-"""The ``dpaccount`` command line."""
+"""The ``dpaccount`` command line.
+
+Subcommands: ``demo``; ``compose`` (compose k equal queries with a named rule and say
+which theorem was used); ``plot composition``; ``ledger show|verify|export|report``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
+from dpaccount.costs import PrivacyCost, format_number
 from dpaccount.errors import DPAccountError
 
 __all__ = ["build_parser", "main"]
+
+
+def _add_compose_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from dpaccount.composition import COMPOSE_RULES
+
+    parser = sub.add_parser(
+        "compose",
+        help="compose k equal (epsilon, delta) queries with a named rule",
+        description="Print the composed (epsilon, delta) of --count queries of "
+        "(--epsilon, --delta) under --rule, and the theorem it rests on.",
+    )
+    parser.add_argument("--rule", required=True, choices=COMPOSE_RULES)
+    parser.add_argument("--epsilon", required=True, help="per-query epsilon (e.g. 0.1)")
+    parser.add_argument("--delta", default="0", help="per-query delta (default 0)")
+    parser.add_argument("--count", required=True, type=int, help="number of queries k")
+    parser.add_argument("--delta-slack", default=None, help="delta' for advanced rules")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=_cmd_compose)
+
+
+def _cmd_compose(args: argparse.Namespace) -> int:
+    from dpaccount.composition import compose_by_name
+
+    total, theorem = compose_by_name(
+        args.rule, PrivacyCost(args.epsilon, args.delta), args.count, args.delta_slack
+    )
+    if args.json:
+        print(json.dumps({
+            "rule": args.rule,
+            "epsilon": format_number(total.epsilon),
+            "delta": format_number(total.delta),
+            "epsilon_exact": f"{total.epsilon.numerator}/{total.epsilon.denominator}",
+            "delta_exact": f"{total.delta.numerator}/{total.delta.denominator}",
+            "theorem": theorem,
+        }))
+    else:
+        print(f"{args.count} x (ε={args.epsilon}, δ={args.delta}) under {args.rule!r}: "
+              f"ε={format_number(total.epsilon)}, δ={format_number(total.delta)}")
+        print(f"theorem: {theorem}")
+    return 0
+
+
+def _add_plot_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("plot", help="draw figures (needs the plot extra)")
+    what = parser.add_subparsers(dest="figure", required=True)
+    comp = what.add_parser(
+        "composition",
+        help="total epsilon against k for basic, advanced, filter and optimal",
+    )
+    comp.add_argument("--epsilon", required=True, help="per-query epsilon")
+    comp.add_argument("--delta", default="0", help="per-query delta")
+    comp.add_argument("--count", required=True, type=int, help="largest k drawn")
+    comp.add_argument("--delta-slack", default="1e-6", help="delta' (default 1e-6)")
+    comp.add_argument("--output", default="composition.png", help="output file")
+    comp.set_defaults(func=_cmd_plot_composition)
+
+
+def _cmd_plot_composition(args: argparse.Namespace) -> int:
+    from dpaccount.plot import plot_composition
+
+    path = plot_composition(args.epsilon, args.delta, args.count, args.delta_slack,
+                            args.output)
+    print(f"wrote {path}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     add_demo_command(sub)
+    _add_compose_command(sub)
+    _add_plot_command(sub)
     add_ledger_commands(sub)
     return parser
 
@@ -32,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.func(args)
     except DPAccountError as exc:
+        print(f"dpaccount: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:  # a missing optional extra names its install command
         print(f"dpaccount: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and closed early

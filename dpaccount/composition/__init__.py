@@ -3,21 +3,77 @@
 | rule | proven for | theorem |
 |---|---|---|
 | ``basic`` | fully adaptive | Dwork-Roth 2014 Thm 3.16; Rogers et al. 2016 Thm 3.6 |
+| ``filter`` | fully adaptive | Whitehouse, Ramdas, Rogers and Wu 2023 (approximate-DP filter) |
+| ``advanced`` | adaptive mechanisms, fixed plan | Dwork-Roth 2014 Thm 3.20 |
+| ``heterogeneous`` | adaptive mechanisms, fixed plan | Kairouz-Oh-Viswanath 2015 Thm 3.5 |
+| ``optimal`` | adaptive mechanisms, fixed plan | Kairouz-Oh-Viswanath 2015 Thm 3.3 |
+| ``best`` | the declared adaptivity | the tightest of the above that is valid for it |
+
+Tight accounting for Gaussian, Laplace and subsampled mechanisms lives in
+:mod:`dpaccount.accounting`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dpaccount.composition.advanced import (
+    AdvancedRule,
+    advanced,
+    advanced_adaptive,
+    advanced_simplified,
+)
 from dpaccount.composition.base import Adaptivity, Rule
 from dpaccount.composition.basic import BasicRule, basic
+from dpaccount.composition.best import COMPOSE_RULES, REGISTRY, best_rule, compose_by_name
+from dpaccount.composition.filters import FilterRule, filter_epsilon
+from dpaccount.composition.heterogeneous import HeterogeneousRule, heterogeneous
+from dpaccount.composition.optimal import OptimalRule, optimal, optimal_delta
+from dpaccount.composition.planning import (
+    Plan,
+    max_queries,
+    per_query_epsilon,
+    remaining_per_query,
+)
+from dpaccount.composition.subsampling import subsample
 from dpaccount.errors import ConfigError
 
-__all__ = ["RULES", "Adaptivity", "BasicRule", "Rule", "basic", "make_rule"]
+__all__ = [
+    "COMPOSE_RULES",
+    "RULES",
+    "Adaptivity",
+    "AdvancedRule",
+    "BasicRule",
+    "FilterRule",
+    "HeterogeneousRule",
+    "OptimalRule",
+    "Plan",
+    "Rule",
+    "advanced",
+    "advanced_adaptive",
+    "advanced_simplified",
+    "basic",
+    "best_rule",
+    "compose_by_name",
+    "filter_epsilon",
+    "heterogeneous",
+    "make_rule",
+    "max_queries",
+    "optimal",
+    "optimal_delta",
+    "per_query_epsilon",
+    "remaining_per_query",
+    "subsample",
+]
 
 #: Rule factories by name. Each takes the keyword arguments its rule needs (a declared
-#: plan, a slack delta, ...).
-RULES: dict[str, Any] = {"basic": BasicRule}
+#: plan, a slack delta, the budget for defaults, ...).
+RULES: dict[str, Any] = {"basic": BasicRule, **REGISTRY}
+
+
+def register_rule(name: str, factory: Any) -> None:
+    """Add a rule factory under ``name`` (used by :mod:`dpaccount.accounting`)."""
+    RULES[name] = factory
 
 
 def make_rule(rule: str | Rule[Any], **options: Any) -> Rule[Any]:
@@ -34,6 +90,8 @@ def make_rule(rule: str | Rule[Any], **options: Any) -> Rule[Any]:
         raise ConfigError(
             f"unknown composition rule {rule!r}; choose one of {sorted(RULES)}"
         )
+    if rule == "basic":
+        options.pop("budget", None)
     try:
         return RULES[rule](**options)  # type: ignore[no-any-return]
     except TypeError as exc:

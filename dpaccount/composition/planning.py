@@ -21,7 +21,7 @@ Example:
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
@@ -56,8 +56,8 @@ def as_cost(value: Any, field: str = "cost") -> PrivacyCost:
         InvalidCostError: For anything else (the message names ``field``).
 
     Example:
-        >>> as_cost((0.5, "1e-6"))
-        PrivacyCost(epsilon=0.5, delta=1e-06)
+        >>> as_cost((0.5, "1/4"))
+        PrivacyCost(epsilon=0.5, delta=0.25)
     """
     if isinstance(value, PrivacyCost):
         return value
@@ -242,9 +242,7 @@ class FixedPlanRule(Rule[PlanState]):
             return _trusted(ZERO, ZERO)
         plain = self.basic_total(state)
         bound = self.bound(state)
-        if bound is None or (
-            plain.epsilon <= bound.epsilon and plain.delta <= bound.delta
-        ):
+        if bound is None or (plain.epsilon <= bound.epsilon and plain.delta <= bound.delta):
             return plain
         return bound
 
@@ -483,7 +481,3 @@ def per_query_epsilon(
             hi = mid
     answer = Fraction(lo)
     return _trusted(answer, per_delta)
-
-
-def _sequence_cost(costs: Sequence[Any]) -> list[PrivacyCost]:
-    return [as_cost(c) for c in costs]

@@ -1,0 +1,294 @@
+"""Choosing the tightest valid rule, the rule registry, and composition by name.
+
+:func:`best_rule` picks, once and for all when a ledger is created, the rule that is
+tightest *among those proven for the declared adaptivity*:
+
+| declared adaptivity | candidates |
+|---|---|
+| ``FULLY_ADAPTIVE`` | basic, filter |
+| ``ADAPTIVE_MECHANISMS`` or ``FIXED_PLAN``, with a plan | basic, filter, advanced, |
+| | heterogeneous, optimal |
+
+Switching rules in the middle of a ledger is not covered by any of the theorems, so the
+choice is made from the declared plan (or, for fully adaptive use without one, from the
+budget: the filter when the budget has a delta, else basic). The chosen rule's ``name``
+and ``theorem`` say which theorem is in force.
+
+Example:
+    >>> rule = best_rule("adaptive_mechanisms", plan=(PrivacyCost("0.1"), 1000),
+    ...                  budget=Budget(20, "1e-5"))
+    >>> rule.name
+    'optimal'
+    >>> best_rule("fully_adaptive", budget=Budget(1, "1e-5")).name
+    'filter'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dpaccount._numeric import ZERO, check_count
+from dpaccount.charges import Repeated
+from dpaccount.composition.advanced import (
+    THEOREM_ADAPTIVE,
+    THEOREM_ADVANCED,
+    THEOREM_SIMPLIFIED,
+    AdvancedRule,
+    advanced,
+    advanced_adaptive,
+    advanced_simplified,
+    check_slack,
+)
+from dpaccount.composition.base import Adaptivity, Rule
+from dpaccount.composition.basic import BasicRule
+from dpaccount.composition.filters import THEOREM_FILTER, FilterRule, filter_value
+from dpaccount.composition.heterogeneous import (
+    THEOREM_HETEROGENEOUS,
+    HeterogeneousRule,
+    KOVSums,
+    kov_bound,
+)
+from dpaccount.composition.optimal import THEOREM_OPTIMAL, OptimalRule, optimal
+from dpaccount.composition.planning import Plan, as_cost, as_plan
+from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
+
+__all__ = [
+    "COMPOSE_RULES",
+    "REGISTRY",
+    "best_rule",
+    "build_rule",
+    "compose_by_name",
+]
+
+
+def _as_adaptivity(value: Any) -> Adaptivity:
+    if isinstance(value, Adaptivity):
+        return value
+    if isinstance(value, str):
+        try:
+            return Adaptivity[value.strip().upper()]
+        except KeyError:
+            pass
+    raise ConfigError(
+        f"unknown adaptivity {value!r}; use one of {[a.name.lower() for a in Adaptivity]}"
+    )
+
+
+def _as_budget(value: Any) -> Budget:
+    if isinstance(value, Budget):
+        return value
+    if isinstance(value, tuple) and len(value) == 2:
+        return Budget(*value)
+    if value is None:
+        raise ConfigError("best_rule needs the ledger's budget (budget=...)")
+    return Budget(value)
+
+
+def _candidates(adaptivity: Adaptivity, plan: Plan | None, budget: Budget) -> list[Rule[Any]]:
+    rules: list[Rule[Any]] = [BasicRule()]
+    plan_delta = sum((c.delta * n for c, n in plan.runs), ZERO) if plan else ZERO
+    if budget.delta > 0:
+        slack = budget.delta - plan_delta if plan and budget.delta > plan_delta else None
+        rules.append(FilterRule(slack if slack is not None else budget.delta / 2))
+    if plan is None or adaptivity is Adaptivity.FULLY_ADAPTIVE or budget.delta <= plan_delta:
+        return rules
+    builders: list[Any] = [HeterogeneousRule]
+    if plan.is_homogeneous:
+        builders = [AdvancedRule, HeterogeneousRule, OptimalRule]
+    for build in builders:
+        try:
+            rules.append(build(plan=plan, budget=budget))
+        except (ConfigError, InvalidCostError):
+            continue
+    return rules
+
+
+def _prefix_admitted(rule: Rule[Any], plan: Plan, budget: Budget) -> int:
+    """How many of the plan's queries, in order, ``rule`` admits (binary search)."""
+
+    def fits(j: int) -> bool:
+        state = rule.start()
+        left = j
+        try:
+            for cost, n in plan.runs:
+                if left == 0:
+                    break
+                take = min(n, left)
+                state = rule.extend(state, Repeated(cost, take))
+                left -= take
+            return bool(rule.admits(state, budget))
+        except (UnsupportedChargeError, InvalidCostError):
+            return False
+
+    lo, hi = 0, plan.count
+    if fits(hi):
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def best_rule(
+    adaptivity: Any = None,
+    plan: Any = None,
+    budget: Any = None,
+) -> Rule[Any]:
+    """The tightest rule proven for ``adaptivity``, chosen for ``budget`` (and ``plan``).
+
+    With a plan, every candidate proven for the declared adaptivity is run over the
+    whole plan; the one that admits the most of it wins, ties going to the smallest
+    total epsilon (then to the simplest rule). For fully adaptive use the plan is only
+    a forecast and the candidates are basic and the filter.
+
+    Args:
+        adaptivity: An :class:`~dpaccount.composition.base.Adaptivity` or its name
+            (``"fixed_plan"``, ``"adaptive_mechanisms"``, ``"fully_adaptive"``). By
+            default ``"adaptive_mechanisms"`` when a plan is declared (the fixed-plan
+            rules then refuse any charge outside it) and ``"fully_adaptive"`` otherwise.
+        plan: The declared plan (``(cost, k)``, a list of costs, or a Plan); required
+            for the fixed-plan rules to be considered.
+        budget: The ledger's budget (required).
+
+    Returns:
+        A rule instance; its ``name`` and ``theorem`` record the choice.
+
+    Raises:
+        ConfigError: Unknown adaptivity or missing budget.
+    """
+    if adaptivity is None:
+        adaptivity = (
+            Adaptivity.ADAPTIVE_MECHANISMS if plan is not None else Adaptivity.FULLY_ADAPTIVE
+        )
+    level = _as_adaptivity(adaptivity)
+    the_budget = _as_budget(budget)
+    the_plan = as_plan(plan) if plan is not None else None
+    rules = _candidates(level, the_plan, the_budget)
+    if the_plan is None:
+        return rules[-1]
+    best: tuple[int, Any, int] | None = None
+    chosen = rules[0]
+    for order, rule in enumerate(rules):
+        admitted = _prefix_admitted(rule, the_plan, the_budget)
+        state = rule.start()
+        try:
+            for cost, n in the_plan.runs:
+                state = rule.extend(state, Repeated(cost, n))
+            epsilon = rule.total(state).epsilon
+        except (UnsupportedChargeError, InvalidCostError):
+            continue
+        key = (-admitted, epsilon, order)
+        if best is None or key < best:
+            best = key
+            chosen = rule
+    return chosen
+
+
+def build_rule(name: str, **options: Any) -> Rule[Any]:
+    """Build a rule by name, dropping options that rule does not take.
+
+    ``plan`` is dropped for ``"basic"`` and ``"filter"``; ``budget`` for ``"basic"``.
+
+    Raises:
+        ConfigError: Unknown name or bad options.
+    """
+    if name == "basic":
+        return BasicRule()
+    if name == "filter":
+        options.pop("plan", None)
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown composition rule {name!r}; choose one of {sorted(REGISTRY)}")
+    try:
+        rule: Rule[Any] = REGISTRY[name](**options)
+    except TypeError as exc:
+        raise ConfigError(f"rule {name!r}: {exc}") from exc
+    return rule
+
+
+#: Accountant rule factories by name, for ``dpaccount.composition.RULES``.
+REGISTRY: dict[str, Any] = {
+    "advanced": AdvancedRule,
+    "heterogeneous": HeterogeneousRule,
+    "optimal": OptimalRule,
+    "filter": FilterRule,
+    "best": best_rule,
+}
+
+#: The names :func:`compose_by_name` accepts.
+COMPOSE_RULES = (
+    "basic",
+    "advanced",
+    "advanced_adaptive",
+    "advanced_simplified",
+    "heterogeneous",
+    "optimal",
+    "filter",
+    "best",
+)
+
+_THEOREM_BASIC = BasicRule.theorem
+
+
+def compose_by_name(
+    rule_name: str, cost: Any, k: int, delta_slack: Any = None
+) -> tuple[PrivacyCost, str]:
+    """Compose ``k`` queries of ``cost`` with the named rule (the CLI's ``compose``).
+
+    For ``"optimal"`` the target delta is delta_slack + k delta, the total delta the
+    advanced rules report, so the epsilons are comparable. ``"filter"`` gives the
+    smallest budget the filter would accept for this stream. ``"best"`` is the smallest
+    epsilon among the rules proven for adaptively chosen mechanisms with a fixed plan
+    (basic, advanced, advanced_adaptive, heterogeneous, optimal).
+
+    Args:
+        rule_name: One of :data:`COMPOSE_RULES`.
+        cost: The per-query (epsilon, delta).
+        k: The number of queries.
+        delta_slack: delta' (required except for ``"basic"``).
+
+    Returns:
+        ``(composed cost, theorem citation)``.
+
+    Example:
+        >>> total, theorem = compose_by_name("basic", PrivacyCost("0.1"), 10)
+        >>> total, theorem.split(",")[0]
+        (PrivacyCost(epsilon=1, delta=0), 'Dwork and Roth 2014')
+    """
+    the_cost = as_cost(cost)
+    k = check_count(k, "k")
+    if rule_name == "basic":
+        return the_cost.times(k), _THEOREM_BASIC
+    if rule_name not in COMPOSE_RULES:
+        raise ConfigError(
+            f"unknown composition rule {rule_name!r}; choose one of {list(COMPOSE_RULES)}"
+        )
+    if delta_slack is None:
+        raise InvalidCostError("delta_slack", None, f"the {rule_name!r} rule needs a slack delta")
+    slack = check_slack(delta_slack)
+    if rule_name == "advanced":
+        return advanced(the_cost, k, slack), THEOREM_ADVANCED
+    if rule_name == "advanced_adaptive":
+        return advanced_adaptive(the_cost, k, slack), THEOREM_ADAPTIVE
+    if rule_name == "advanced_simplified":
+        return advanced_simplified(the_cost, k, slack), THEOREM_SIMPLIFIED
+    if rule_name == "heterogeneous":
+        return kov_bound(KOVSums().plus(the_cost, k), slack), THEOREM_HETEROGENEOUS
+    if rule_name == "optimal":
+        return optimal(the_cost, k, slack + k * the_cost.delta), THEOREM_OPTIMAL
+    if rule_name == "filter":
+        delta = slack + k * the_cost.delta
+        if delta >= 1:
+            raise InvalidCostError("delta", delta, "delta_slack + k x delta reaches 1")
+        epsilon = filter_value(the_cost.epsilon * the_cost.epsilon * k, slack)
+        return _trusted(epsilon, delta), THEOREM_FILTER
+    options: list[tuple[PrivacyCost, str]] = [(the_cost.times(k), _THEOREM_BASIC)]
+    for name in ("advanced", "advanced_adaptive", "heterogeneous", "optimal"):
+        try:
+            options.append(compose_by_name(name, the_cost, k, slack))
+        except InvalidCostError:
+            continue
+    return min(options, key=lambda pair: (pair[0].epsilon, pair[0].delta))

@@ -1,0 +1,129 @@
+"""Plots of composition bounds (matplotlib is an optional extra: ``dpaccount[plot]``).
+
+:func:`composition_curves` computes the numbers (no matplotlib needed);
+:func:`plot_composition` draws total epsilon against the number of queries k for basic,
+advanced (Dwork-Roth Thm 3.20), the Whitehouse et al. 2023 filter, and the exact optimum
+(Kairouz-Oh-Viswanath 2015 Thm 3.3), with the Agg backend.
+
+Example:
+    >>> curves = composition_curves("0.1", 0, 200, "1e-5", points=5)
+    >>> curves["k"]
+    [1, 50, 100, 150, 200]
+    >>> curves["basic"][-1]
+    20.0
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dpaccount._numeric import check_count
+from dpaccount.composition.best import compose_by_name
+from dpaccount.costs import PrivacyCost
+from dpaccount.errors import InvalidCostError, UnsupportedChargeError, missing_extra
+
+__all__ = ["CURVES", "composition_curves", "plot_composition"]
+
+#: The rules drawn, with their legend labels.
+CURVES = {
+    "basic": "basic (Dwork-Roth Thm 3.16)",
+    "advanced": "advanced (Dwork-Roth Thm 3.20)",
+    "filter": "filter, fully adaptive (Whitehouse et al. 2023)",
+    "optimal": "optimal (Kairouz-Oh-Viswanath 2015 Thm 3.3)",
+}
+
+
+def _k_grid(k_max: int, points: int) -> list[int]:
+    if k_max <= points:
+        return list(range(1, k_max + 1))
+    step = k_max / (points - 1)
+    grid = sorted({max(1, round(i * step)) for i in range(points)} | {k_max})
+    return grid
+
+
+def composition_curves(
+    epsilon: Any, delta: Any, k_max: int, delta_slack: Any, *, points: int = 100
+) -> dict[str, list[Any]]:
+    """Total epsilon against k for each rule in :data:`CURVES`.
+
+    Args:
+        epsilon: Per-query epsilon.
+        delta: Per-query delta.
+        k_max: Largest k.
+        delta_slack: delta' for advanced and the filter; optimal is evaluated at the
+            same total delta (delta_slack + k delta).
+        points: How many values of k (evenly spaced, always including 1 and k_max).
+
+    Returns:
+        ``{"k": [...], "basic": [...], ...}`` with floats (None where a rule gives no
+        bound).
+    """
+    cost = PrivacyCost(epsilon, delta)
+    k_max = check_count(k_max, "k_max")
+    points = check_count(points, "points", minimum=2)
+    grid = _k_grid(k_max, points)
+    curves: dict[str, list[Any]] = {"k": grid}
+    for name in CURVES:
+        values: list[float | None] = []
+        for k in grid:
+            try:
+                values.append(float(compose_by_name(name, cost, k, delta_slack)[0].epsilon))
+            except (InvalidCostError, UnsupportedChargeError):
+                values.append(None)
+        curves[name] = values
+    return curves
+
+
+def plot_composition(
+    epsilon: Any,
+    delta: Any,
+    k_max: int,
+    delta_slack: Any,
+    path: str | Path,
+    *,
+    points: int = 100,
+) -> Path:
+    """Draw total epsilon vs k for basic, advanced, filter and optimal into ``path``.
+
+    Args:
+        epsilon: Per-query epsilon.
+        delta: Per-query delta.
+        k_max: Largest k drawn.
+        delta_slack: delta' (see :func:`composition_curves`).
+        path: Output file; the format follows its suffix (``.png``, ``.svg``, ...).
+        points: How many values of k.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install "dpaccount[plot]"``).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot
+    except ImportError:
+        raise missing_extra("matplotlib", "plot") from None
+    curves = composition_curves(epsilon, delta, k_max, delta_slack, points=points)
+    figure, axes = pyplot.subplots(figsize=(6.4, 4.0), dpi=100)
+    try:
+        for name, label in CURVES.items():
+            ks_all, vs_all = curves["k"], curves[name]
+            pairs = [(k, v) for k, v in zip(ks_all, vs_all, strict=True) if v is not None]
+            if pairs:
+                ks, vs = zip(*pairs, strict=True)
+                axes.plot(ks, vs, label=label)
+        axes.set_xlabel("number of queries k")
+        axes.set_ylabel("total epsilon")
+        axes.set_title(f"k queries of ({epsilon}, {delta})-DP, delta' = {delta_slack}", fontsize=10)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8)
+        figure.tight_layout()
+        out = Path(path)
+        figure.savefig(out)
+    finally:
+        pyplot.close(figure)
+    return out

@@ -1,0 +1,117 @@
+"""The Whitehouse-Ramdas-Rogers-Wu privacy filter (ICML 2023, Thm 3.2).
+
+The stopping rule: keep going while
+sqrt(2 ln(1/delta') sum eps_m^2) + sum eps_m^2 / 2 <= epsilon and
+sum delta_m <= delta - delta'. Counts below are derived here from that inequality in
+50-digit Decimal arithmetic, independently of dpaccount's float code.
+"""
+
+from __future__ import annotations
+
+from decimal import Context, Decimal
+from fractions import Fraction
+
+import pytest
+
+from dpaccount.accountant import Accountant
+from dpaccount.charges import Repeated
+from dpaccount.composition.filters import FilterRule, filter_epsilon
+from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.errors import BudgetExceededError, ConfigError, InvalidCostError
+
+CTX = Context(prec=50)
+
+
+def filter_holds(n: int, eps: Decimal, slack: Decimal, budget_eps: Decimal) -> bool:
+    s2 = n * eps * eps
+    return CTX.sqrt(2 * CTX.ln(1 / slack) * s2) + s2 / 2 <= budget_eps
+
+
+def filter_count(eps: Decimal, slack: Decimal, budget_eps: Decimal) -> int:
+    """The largest n with the filter's condition true, from the quadratic in sqrt(n)."""
+    # (eps^2/2) x^2 + eps sqrt(2 ln(1/d')) x - B = 0 with x = sqrt(n).
+    a = eps * eps / 2
+    b = eps * CTX.sqrt(2 * CTX.ln(1 / slack))
+    x = (-b + CTX.sqrt(b * b + 4 * a * budget_eps)) / (2 * a)
+    n = int(x * x)
+    assert filter_holds(n, eps, slack, budget_eps)
+    assert not filter_holds(n + 1, eps, slack, budget_eps)
+    return n
+
+
+def test_filter_count_for_budget_1_and_1e_5() -> None:
+    # Budget (1.0, 1e-5), delta' = half the budget's delta, charges of 0.01 each.
+    expected = filter_count(Decimal("0.01"), Decimal("5e-6"), Decimal(1))
+    assert expected == 393  # the number stated in docs/composition.md
+    budget = Budget("1.0", "1e-5")
+    acct = Accountant(budget, rule=FilterRule(budget=budget))
+    for _ in range(expected):
+        acct.charge(PrivacyCost("0.01"))
+    with pytest.raises(BudgetExceededError):
+        acct.charge(PrivacyCost("0.01"))
+    assert len(acct.records) == expected
+    # Basic composition admits only 100 of them.
+    assert expected > 100
+
+
+@pytest.mark.parametrize(
+    ("eps", "slack", "budget"),
+    [("0.001", "1e-9", "0.5"), ("0.05", "1e-6", "3"), ("0.2", "0.01", "10"), ("0.5", "1e-3", "4")],
+)
+def test_filter_counts_match_the_inequality(eps: str, slack: str, budget: str) -> None:
+    expected = filter_count(Decimal(eps), Decimal(slack), Decimal(budget))
+    rule = FilterRule(delta_slack=slack)
+    limit = Budget(budget, Fraction(Decimal(slack)) * 2)
+    state = rule.extend(rule.start(), Repeated(PrivacyCost(eps), expected))
+    assert rule.admits(state, limit)
+    assert not rule.admits(rule.extend(state, PrivacyCost(eps)), limit)
+
+
+def test_filter_epsilon_matches_the_closed_form() -> None:
+    costs = [PrivacyCost("0.01")] * 50 + [PrivacyCost("0.2", "1e-9")] * 7
+    result = filter_epsilon(costs, "1e-6")
+    s2 = 50 * Decimal("0.0001") + 7 * Decimal("0.04")
+    ref = CTX.sqrt(2 * CTX.ln(Decimal(10) ** 6) * s2) + s2 / 2
+    got = Decimal(result.epsilon.numerator) / Decimal(result.epsilon.denominator)
+    assert ref <= got <= ref * (1 + Decimal("1e-12"))
+    assert result.delta == Fraction(1, 10**6) + 7 * Fraction(1, 10**9)
+
+
+def test_delta_accounting() -> None:
+    # delta'' = budget delta - delta' = 5e-6 holds five charges of delta 1e-6.
+    budget = Budget(10, "1e-5")
+    rule = FilterRule(budget=budget)
+    state = rule.extend(rule.start(), Repeated(PrivacyCost("0.01", "1e-6"), 5))
+    assert rule.admits(state, budget)
+    assert rule.total(state).delta == Fraction(1, 10**5)
+    assert not rule.admits(rule.extend(state, PrivacyCost("0.01", "1e-9")), budget)
+
+
+def test_filter_refuses_one_large_charge_that_basic_admits() -> None:
+    # Documented: the filter is not uniformly tighter than basic composition.
+    budget = Budget(1, "1e-5")
+    rule = FilterRule(budget=budget)
+    assert not rule.admits(rule.extend(rule.start(), PrivacyCost("0.5")), budget)
+
+
+def test_configuration() -> None:
+    with pytest.raises(ConfigError, match="delta_slack"):
+        FilterRule()
+    with pytest.raises(ConfigError, match="basic"):
+        FilterRule(budget=Budget(1))
+    with pytest.raises(ConfigError, match="exceeds"):
+        FilterRule(delta_slack="1e-4", budget=Budget(1, "1e-5"))
+    with pytest.raises(InvalidCostError):
+        FilterRule(delta_slack=0)
+    assert FilterRule(budget=Budget(1, "1e-5")).describe() == {
+        "name": "filter",
+        "delta_slack": "1/200000",
+    }
+
+
+def test_unlimited_budget_tracks_only_delta() -> None:
+    rule = FilterRule(delta_slack="1e-6")
+    budget = Budget.unlimited("1e-5")
+    state = rule.extend(rule.start(), Repeated(PrivacyCost(5), 1000))
+    assert rule.admits(state, budget)
+    assert rule.total(state).epsilon > 5

@@ -1,0 +1,51 @@
+"""The command line: compose, plot, demo."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from dpaccount.cli import main
+
+
+def test_compose_basic_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compose", "--rule", "basic", "--epsilon", "0.1", "--count", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "ε=1," in out and "Thm 3.16" in out
+    assert main(["compose", "--rule", "advanced", "--epsilon", "0.1", "--count", "1000",
+                 "--delta-slack", "1e-5", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # Dwork-Roth Thm 3.20 by hand: sqrt(2k ln(1/d')) eps + k eps (e^eps - 1)
+    expected = math.sqrt(2 * 1000 * math.log(1e5)) * 0.1 + 1000 * 0.1 * math.expm1(0.1)
+    assert float(data["epsilon"]) == pytest.approx(expected, rel=1e-12)
+    assert float(data["epsilon"]) >= expected
+    assert data["delta"] == "1e-05" and "3.20" in data["theorem"]
+
+
+def test_compose_invalid_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compose", "--rule", "basic", "--epsilon", "nan", "--count", "3"]) == 2
+    assert "invalid epsilon" in capsys.readouterr().err
+    assert main(["compose", "--rule", "advanced", "--epsilon", "0.1", "--count", "3"]) == 2
+    assert "delta_slack" in capsys.readouterr().err
+
+
+def test_plot_composition_writes_a_png(tmp_path: Path) -> None:
+    out = tmp_path / "c.png"
+    assert main(["plot", "composition", "--epsilon", "0.1", "--count", "50",
+                 "--output", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_demo_persists_and_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    assert main(["demo", "--ledger", url]) == 0
+    first = capsys.readouterr().out
+    assert "REFUSED before touching the data" in first
+    assert main(["demo", "--ledger", url]) == 0
+    second = capsys.readouterr().out
+    assert "earlier charges" in second and "in 0 earlier charges" not in second
+    assert main(["demo", "--ledger", url, "--fresh"]) == 0
+    assert "in 0 earlier charges" in capsys.readouterr().out
