@@ -11,6 +11,7 @@ Example:
     PrivacyCost(epsilon=0.5, delta=0)
 """
 
+from dpaccount import aggregates
 from dpaccount.accountant import Accountant
 from dpaccount.charges import (
     GaussianCharge,
@@ -35,10 +36,13 @@ from dpaccount.errors import (
 )
 from dpaccount.ledgers import open_ledger
 from dpaccount.mechanisms import (
+    BLRMechanism,
+    EllipticalGaussianMechanism,
     ExponentialMechanism,
     GaussianMechanism,
     LaplaceMechanism,
     Mechanism,
+    RandomizedResponseMechanism,
     RandomSource,
 )
 from dpaccount.records import LedgerRecord
@@ -47,11 +51,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Accountant",
+    "BLRMechanism",
     "Budget",
     "BudgetExceededError",
     "ConfigError",
     "DPAccountError",
     "DuplicateQueryError",
+    "EllipticalGaussianMechanism",
     "ExponentialMechanism",
     "GaussianCharge",
     "GaussianMechanism",
@@ -65,6 +71,7 @@ __all__ = [
     "Parallel",
     "PrivacyCost",
     "RandomSource",
+    "RandomizedResponseMechanism",
     "Relation",
     "Repeated",
     "Scheme",
@@ -72,5 +79,6 @@ __all__ = [
     "Subsampled",
     "UnsupportedChargeError",
     "__version__",
+    "aggregates",
     "open_ledger",
 ]

@@ -13,6 +13,7 @@ EXPECTED = {
     "Relation", "Repeated", "Scheme", "StorageError", "Subsampled",
     "UnsupportedChargeError", "__version__", "open_ledger", "ExponentialMechanism",
     "GaussianMechanism", "LaplaceMechanism", "Mechanism", "RandomSource",
+    "BLRMechanism", "EllipticalGaussianMechanism", "RandomizedResponseMechanism", "aggregates",
 }
 
 

@@ -7,14 +7,20 @@ and every charge is the guarantee of the sampler actually used.
 
 from dpaccount.mechanisms._sampling import RandomSource
 from dpaccount.mechanisms.base import Mechanism
+from dpaccount.mechanisms.blr import BLRMechanism
+from dpaccount.mechanisms.elliptical import EllipticalGaussianMechanism
 from dpaccount.mechanisms.exponential import ExponentialMechanism
 from dpaccount.mechanisms.gaussian import GaussianMechanism
 from dpaccount.mechanisms.laplace import LaplaceMechanism
+from dpaccount.mechanisms.randomized_response import RandomizedResponseMechanism
 
 __all__ = [
+    "BLRMechanism",
+    "EllipticalGaussianMechanism",
     "ExponentialMechanism",
     "GaussianMechanism",
     "LaplaceMechanism",
     "Mechanism",
     "RandomSource",
+    "RandomizedResponseMechanism",
 ]

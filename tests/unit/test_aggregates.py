@@ -1,0 +1,233 @@
+"""Unit tests of the guarded aggregates: charge before data, costs, relations, results."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpaccount import Accountant, Budget, BudgetExceededError, PrivacyCost
+from dpaccount import aggregates as agg
+from dpaccount.errors import ConfigError, InvalidCostError
+from dpaccount.mechanisms import RandomSource
+
+
+class _Untouchable:
+    """Data that fails the test if anything reads it."""
+
+    def __len__(self) -> int:
+        raise AssertionError("the data was read")
+
+    def __iter__(self) -> Any:
+        raise AssertionError("the data was read")
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the data was read")
+
+    def to_numpy(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the data was read")
+
+    def tolist(self) -> Any:
+        raise AssertionError("the data was read")
+
+
+class _Spy(list[float]):
+    """A list that records the ledger's spent epsilon when it is first read."""
+
+    def __init__(self, values: list[float], acct: Accountant) -> None:
+        super().__init__(values)
+        self.acct = acct
+        self.seen: list[Fraction] = []
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        self.seen.append(self.acct.spent.epsilon)
+        return np.asarray(list(self), dtype=dtype)
+
+    def __len__(self) -> int:
+        self.seen.append(self.acct.spent.epsilon)
+        return super().__len__()
+
+
+CALLS = [
+    lambda d, a, r: agg.count(d, a, 1, rng=r),
+    lambda d, a, r: agg.sum(d, a, 1, lower=0, upper=10, rng=r),
+    lambda d, a, r: agg.mean(d, a, 1, lower=0, upper=10, rng=r),
+    lambda d, a, r: agg.histogram(d, a, 1, bins=[0, 5, 10], rng=r),
+    lambda d, a, r: agg.quantile(d, a, 1, "0.5", lower=0, upper=10, grid_size=11, rng=r),
+]
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_refusal_happens_before_the_data_is_read(call: Any) -> None:
+    acct = Accountant(Budget("0.5"))
+    with pytest.raises(BudgetExceededError):
+        call(_Untouchable(), acct, RandomSource.seeded(0))
+    assert acct.spent == PrivacyCost(0)
+    assert len(acct.records) == 0
+
+
+@pytest.mark.parametrize("call", CALLS)
+def test_the_charge_is_recorded_before_the_data_is_read(call: Any) -> None:
+    acct = Accountant(Budget(5))
+    data = _Spy([1.0, 2.0, 7.0], acct)
+    res = call(data, acct, RandomSource.seeded(0))
+    assert data.seen and all(seen == 1 for seen in data.seen)
+    assert res.cost.epsilon == 1 and acct.spent.epsilon == 1
+
+
+def test_pandas_series_with_missing_values_and_nullable_dtypes() -> None:
+    acct = Accountant(10)
+    rng = RandomSource.seeded(1)
+    s = pd.Series([1.0, np.nan, 3.0, 50.0])
+    n = pd.Series([1, None, 3, 50], dtype="Int64")
+    for data in (s, n):
+        res = agg.sum(data, acct, 1, lower=0, upper=10, rng=rng)
+        assert res.interval is not None
+        lo, hi = res.interval
+        assert lo <= res.value <= hi
+    # The implemented true answer: NaN -> fill 0, 50 clipped to 10: 1 + 0 + 3 + 10.
+    fp = agg.FixedPoint.build(0, 10)
+    assert agg.lattice_sum(s, fp) * fp.granularity == 14
+    assert agg.lattice_sum(n, fp) * fp.granularity == 14
+
+
+def test_count_accepts_a_dataframe() -> None:
+    df = pd.DataFrame({"a": range(30)})
+    res = agg.count(df, Accountant(1), 1, rng=RandomSource.seeded(2))
+    assert res.value == pytest.approx(30, abs=30)
+
+
+def test_sensitivities_follow_the_accountants_relation() -> None:
+    add = Accountant(100)
+    sub = Accountant(100, relation="substitution")
+    kw: dict[str, Any] = {"lower": -2, "upper": 6, "granularity": 1}
+    assert agg.sum([1.0], add, 1, **kw).sensitivity == 6          # max(|a|, |b|)
+    assert agg.sum([1.0], sub, 1, **kw).sensitivity == 8          # b - a
+    assert agg.mean([1.0], add, 1, **kw).sensitivity == 4         # centred at 2
+    assert agg.mean([1.0], sub, 1, **kw).sensitivity == 8
+    assert agg.histogram([1.0], add, 1, bins=[0, 1, 2]).sensitivity == 1
+    assert agg.histogram([1.0], sub, 1, bins=[0, 1, 2]).sensitivity == 2
+    q = agg.quantile([1.0], add, 1, "0.25", candidates=[0, 1])
+    assert q.sensitivity == Fraction(3, 4)
+    assert agg.quantile([1.0], sub, 1, "0.25", candidates=[0, 1]).sensitivity == 1
+    assert agg.count([1.0], sub, 1).sensitivity == 1
+
+
+def test_gaussian_variants_charge_at_most_the_requested_delta() -> None:
+    acct = Accountant((100, "1e-3"))
+    data = np.linspace(0, 10, 101)
+    for fn in (agg.count, agg.histogram):
+        kwargs: dict[str, Any] = {"bins": [0, 5, 10]} if fn is agg.histogram else {}
+        res = fn(data, acct, 1, delta="1e-6", **kwargs)
+        assert 0 < res.cost.delta <= Fraction(1, 10**6) and res.cost.epsilon == 1
+    res = agg.sum(data, acct, 1, lower=0, upper=10, delta="1e-6")
+    assert 0 < res.cost.delta <= Fraction(1, 10**6)
+    res = agg.mean(data, acct, 1, lower=0, upper=10, delta="1e-6")
+    assert res.cost.epsilon == 1 and 0 < res.cost.delta <= Fraction(1, 10**6)
+
+
+def test_mean_splits_epsilon_and_stays_in_bounds() -> None:
+    acct = Accountant(10)
+    res = agg.mean([5.0] * 1000, acct, 1, lower=0, upper=10, count_share="1/4",
+                   rng=RandomSource.seeded(3))
+    assert res.cost == PrivacyCost(1)
+    assert len(acct.records) == 1
+    assert res.interval is not None
+    lo, hi = res.interval
+    assert 0 <= lo <= res.value <= hi <= 10
+
+
+def test_intervals_cover_at_the_stated_level() -> None:
+    # 1000 independent noisy counts with 95% intervals: misses ~ Binomial(1000, <= 0.05),
+    # mean <= 50, sd <= 6.9; more than 85 misses has probability < 1e-6 for a correct
+    # interval. Same for sums.
+    acct = Accountant(Budget.unlimited())
+    rng = RandomSource.seeded(4)
+    misses_count = misses_sum = 0
+    data = np.full(40, 2.5)
+    for _ in range(1000):
+        c = agg.count(data, acct, "0.3", rng=rng)
+        assert c.interval is not None
+        misses_count += not c.interval[0] <= 40 <= c.interval[1]
+        s = agg.sum(data, acct, "0.3", lower=0, upper=4, rng=rng)
+        assert s.interval is not None
+        misses_sum += not s.interval[0] <= 100 <= s.interval[1]
+    assert misses_count <= 85 and misses_sum <= 85
+    # ... and are not absurdly wide: the discrete Laplace 95% half-width at scale
+    # 1/0.3 is about ln(20) / 0.3 ~ 10.
+    assert c.error_bound <= 11
+
+
+def test_quantile_lands_within_its_rank_error_bound() -> None:
+    # The bound holds with probability >= level = 1 - 1e-6 (Dwork and Roth 2014, Thm 3.11).
+    acct = Accountant(Budget.unlimited())
+    data = np.arange(1000, dtype=np.float64)
+    res = agg.quantile(data, acct, 2, "0.5", lower=0, upper=999, grid_size=1000,
+                       level=1 - 1e-6, rng=RandomSource.seeded(5))
+    rank = np.searchsorted(data, res.value, side="right")
+    assert abs(rank - 500) <= res.error_bound + 1
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda a: agg.sum([1.0], a, 1, lower=1, upper=1), InvalidCostError),
+        (lambda a: agg.sum([1.0], a, 1, lower=0, upper=float("nan")), InvalidCostError),
+        (lambda a: agg.sum([1.0], a, 1, lower=0, upper=1, granularity=3), InvalidCostError),
+        (lambda a: agg.sum([1.0], a, 1, lower=0, upper=1, level=1), InvalidCostError),
+        (lambda a: agg.sum([1.0], a, 0, lower=0, upper=1), InvalidCostError),
+        (lambda a: agg.count([1.0], a, 1, mechanism="laplace", delta="1e-6"), ConfigError),
+        (lambda a: agg.count([1.0], a, 1, mechanism="gaussian"), InvalidCostError),
+        (lambda a: agg.count([1.0], a, 1, mechanism="cauchy"), ConfigError),
+        (lambda a: agg.histogram([1.0], a, 1, bins=[2, 1]), InvalidCostError),
+        (lambda a: agg.histogram([1.0], a, 1), ConfigError),
+        (lambda a: agg.quantile([1.0], a, 1, "1.5", candidates=[1]), InvalidCostError),
+        (lambda a: agg.quantile([1.0], a, 1, "0.5"), ConfigError),
+        (lambda a: agg.mean([1.0], a, 1, lower=0, upper=1, count_share=1), InvalidCostError),
+    ],
+)
+def test_invalid_parameters_are_refused_before_charging(call: Any, error: type) -> None:
+    acct = Accountant(10)
+    with pytest.raises(error):
+        call(acct)
+    assert len(acct.records) == 0
+
+
+def test_not_an_accountant_is_refused() -> None:
+    with pytest.raises(ConfigError):
+        agg.count([1], object(), 1)  # type: ignore[arg-type]
+
+
+def test_non_numeric_data_fails_after_the_charge_without_echoing_values() -> None:
+    acct = Accountant(10)
+    with pytest.raises(InvalidCostError) as info:
+        agg.sum(["secret-value"], acct, 1, lower=0, upper=1)
+    assert "secret" not in str(info.value)
+    assert acct.spent.epsilon == 1  # no refunds
+
+
+def test_histogram_with_categories() -> None:
+    res = agg.histogram(["a", "b", "b", "z", ["unhashable"]], Accountant(1), 1,
+                        categories=["a", "b"], rng=RandomSource.seeded(6))
+    assert res.value.shape == (2,)
+    assert res.interval is not None
+    lo, hi = res.interval
+    assert np.all(lo <= res.value) and np.all(res.value <= hi)
+
+
+def test_integer_mechanisms_charge_exactly() -> None:
+    lap = agg.IntegerLaplaceMechanism("0.5", 3)
+    assert lap.charge == PrivacyCost("0.5") and lap.scale == 6
+    # Variance of the discrete Laplace: 2q / (1 - q)², q = exp(-1/6).
+    q = math.exp(-1 / 6)
+    assert lap.variance == pytest.approx(2 * q / (1 - q) ** 2)
+    gau = agg.IntegerGaussianMechanism(1, "1e-6", 1)
+    assert gau.charge.delta <= Fraction(1, 10**6)
+    # The continuous analytic Gaussian (Balle and Wang 2018, Thm 8) needs sigma = 4.2247
+    # at (1, 1e-6) and sensitivity 1 (root of Phi(1/(2s) - s) - e Phi(-1/(2s) - s) = 1e-6,
+    # solved with scipy.optimize.brentq); the discrete one must be within 2 %.
+    assert 4.2 < math.sqrt(gau.sigma2) < 4.31
