@@ -4,7 +4,7 @@ Mechanisms state their privacy cost before they run; an :class:`Accountant` comp
 costs with a proven rule and refuses any query that would exceed the budget, before the
 query touches data. Budgets and sums are exact.
 
-Example:
+Examples:
     >>> import dpaccount
     >>> acct = dpaccount.Accountant(dpaccount.Budget(1, "1e-6"))
     >>> acct.charge(dpaccount.PrivacyCost("0.5")).cost

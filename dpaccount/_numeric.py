@@ -67,7 +67,7 @@ def to_fraction(value: Any, field: str) -> Fraction:
     Raises:
         InvalidCostError: For bool, NaN, infinities, non-numeric strings and other types.
 
-    Example:
+    Examples:
         >>> to_fraction("0.1", "epsilon")
         Fraction(1, 10)
         >>> to_fraction(0.5, "epsilon")
@@ -240,7 +240,7 @@ def gaussian_delta_up(epsilon: Fraction, mu: Fraction) -> Fraction:
     Returns:
         An exact Fraction no smaller than the true delta(epsilon).
 
-    Example:
+    Examples:
         >>> 0.1269 < float(gaussian_delta_up(Fraction(1), Fraction(1))) < 0.1270
         True
     """
@@ -264,7 +264,7 @@ def laplace_epsilon_up(scale: Fraction, sensitivity: Fraction) -> Fraction:
 def log1p_expm1_scaled_up(rate: Fraction, epsilon: Fraction) -> Fraction:
     """An upper bound on ln(1 + rate * (e^epsilon - 1)), the amplified epsilon.
 
-    Example:
+    Examples:
         >>> log1p_expm1_scaled_up(Fraction(1), Fraction(1, 2)) >= Fraction(1, 2)
         True
     """

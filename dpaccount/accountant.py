@@ -1,6 +1,6 @@
 """The Accountant: a budget ledger that refuses a charge before the query runs.
 
-Example:
+Examples:
     >>> acct = Accountant(Budget(1))
     >>> acct.charge(PrivacyCost("0.75"), label="count").seq
     0
@@ -191,7 +191,7 @@ class Accountant:
         For the basic rule this is exact: (budget - spent) / k in each coordinate. Other
         rules solve their own inverse and err toward privacy.
 
-        Example:
+        Examples:
             >>> acct = Accountant((1, "1e-6"))
             >>> acct.remaining(4)
             Budget(epsilon=0.25, delta=2.5e-07)

@@ -53,7 +53,7 @@ Missing values: NaN is replaced by ``fill`` (default: 0 clipped into the bounds)
 every bin and NaN; ``quantile`` counts NaN as above every candidate. None of this can
 raise after the charge, so an exception never reveals a record.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> from dpaccount import Accountant
     >>> from dpaccount.mechanisms._sampling import RandomSource
@@ -200,7 +200,7 @@ class IntegerLaplaceMechanism(Mechanism):
         sensitivity: The L1 sensitivity S, a positive integer (in the query's units).
         rng: ``None`` for the OS CSPRNG; ``RandomSource.seeded(...)`` in tests only.
 
-    Example:
+    Examples:
         >>> m = IntegerLaplaceMechanism(1, 1)
         >>> m.charge, m.scale
         (PrivacyCost(epsilon=1, delta=0), Fraction(1, 1))
@@ -264,7 +264,7 @@ class IntegerGaussianMechanism(Mechanism):
         coordinates: Largest number of coordinates that change (1 or more).
         rng: ``None`` for the OS CSPRNG; ``RandomSource.seeded(...)`` in tests only.
 
-    Example:
+    Examples:
         >>> m = IntegerGaussianMechanism(1, "1e-5", 1)
         >>> 3.5 < math.sqrt(m.sigma2) < 4.0      # continuous analytic sigma: 3.73
         True
@@ -498,7 +498,7 @@ class FixedPoint:
     ) -> FixedPoint:
         """Validate the bounds and choose the lattice (default: 2**30 steps to the bound).
 
-        Example:
+        Examples:
             >>> fp = FixedPoint.build(0, 1)
             >>> fp.granularity, fp.a, fp.b
             (Fraction(1, 1073741824), 0, 1073741824)
@@ -546,7 +546,7 @@ class FixedPoint:
 def exact_sum(ints: npt.NDArray[np.int64], bound: int) -> int:
     """The exact sum of integers with ``|x| <= bound``: int64 chunks that cannot overflow.
 
-    Example:
+    Examples:
         >>> exact_sum(np.array([2**61, 2**61, 2**61], dtype=np.int64), 2**61)
         6917529027641081856
     """
@@ -563,7 +563,7 @@ def sum_sensitivity(fp: FixedPoint, relation: Relation, centre: int = 0) -> int:
     Add/remove: one term appears or disappears: max(|a - c|, |b - c|). Substitution: a
     term changes within [a, b] (b - a) or enters/leaves the selection (as add/remove).
 
-    Example:
+    Examples:
         >>> fp = FixedPoint.build(-1, 3, granularity=1)
         >>> sum_sensitivity(fp, Relation.ADD_REMOVE), sum_sensitivity(fp, Relation.SUBSTITUTION)
         (3, 4)
@@ -579,7 +579,7 @@ def lattice_sum(data: Any, fp: FixedPoint, centre: int = 0) -> int:
 
     This is exactly what :func:`sum` (``centre = 0``) and :func:`mean` add noise to.
 
-    Example:
+    Examples:
         >>> fp = FixedPoint.build(0, 1, granularity="0.5")
         >>> lattice_sum([0.2, 0.9, 7.0, float("nan")], fp)     # 0 + 2 + 2 + 0
         4
@@ -591,7 +591,7 @@ def lattice_sum(data: Any, fp: FixedPoint, centre: int = 0) -> int:
 def quantile_utilities(data: Any, grid: Any, q: Fraction) -> list[Fraction]:
     """The implemented utilities of :func:`quantile`: -|#{x <= c} - q n| per candidate c.
 
-    Example:
+    Examples:
         >>> quantile_utilities([1.0, 2.0, 3.0, 4.0], [2.0, 3.0], Fraction(1, 2))
         [Fraction(0, 1), Fraction(-1, 1)]
     """
@@ -604,7 +604,7 @@ def quantile_utilities(data: Any, grid: Any, q: Fraction) -> list[Fraction]:
 def histogram_counts(data: Any, edges: Any) -> list[int]:
     """The implemented true counts of :func:`histogram` over numeric bin edges.
 
-    Example:
+    Examples:
         >>> histogram_counts([0.5, 1.5, 2.0, 9.0, float("nan")], [0, 1, 2])
         [1, 2]
     """
@@ -648,7 +648,7 @@ def count(
         label: The ledger label (default ``"count"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
 
-    Example:
+    Examples:
         >>> from dpaccount import Accountant
         >>> acct = Accountant(1)
         >>> res = count([1, 2, 3], acct, "0.5")
@@ -779,7 +779,7 @@ def mean(
         label: The ledger label (default ``"mean"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
 
-    Example:
+    Examples:
         >>> from dpaccount import Accountant
         >>> acct = Accountant(1)
         >>> res = mean([1.0, 2.0, 3.0] * 100, acct, 1, lower=0, upper=4)
@@ -882,7 +882,7 @@ def histogram(
         label: The ledger label (default ``"histogram"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
 
-    Example:
+    Examples:
         >>> from dpaccount import Accountant
         >>> res = histogram([0.5, 1.5, 1.7], Accountant(1), 1, bins=[0, 1, 2])
         >>> res.value.shape
@@ -972,7 +972,7 @@ def quantile(
         label: The ledger label (default ``"quantile"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
 
-    Example:
+    Examples:
         >>> from dpaccount import Accountant
         >>> res = quantile(list(range(100)), Accountant(1), 1, "0.5", lower=0, upper=99,
         ...                grid_size=100)

@@ -8,7 +8,7 @@ a valid (epsilon, delta) guarantee through :func:`cost_of`.
 Multiplicity is applied in one place, :func:`atoms`: ``Repeated(c, k)`` is *exactly* k
 charges of ``c`` under every rule.
 
-Example:
+Examples:
     >>> c = Repeated(PrivacyCost("0.1"), 3)
     >>> list(atoms(c))
     [(PrivacyCost(epsilon=0.1, delta=0), 3)]
@@ -110,7 +110,7 @@ class LaplaceCharge:
     Its guarantee is pure epsilon = sensitivity / scale (Dwork and Roth 2014, Thm 3.6);
     the PLD engine uses the scale itself.
 
-    Example:
+    Examples:
         >>> LaplaceCharge(scale=10, sensitivity=1).cost
         PrivacyCost(epsilon=0.1, delta=0)
     """
@@ -132,7 +132,7 @@ class GaussianCharge:
     condition of Balle and Wang 2018 (Thm 8), computed and rounded upward. Tight engines
     use ``sigma / sensitivity`` and the whole profile instead.
 
-    Example:
+    Examples:
         >>> c = GaussianCharge(sigma=1, sensitivity=1, epsilon=1)
         >>> 0.1269 < float(c.cost.delta) < 0.1270   # Balle-Wang delta(1) at mu = 1
         True
@@ -161,7 +161,7 @@ class Subsampled:
     neighbours). The relation is fixed by the scheme; other pairings are not covered by
     those theorems and are refused by :func:`relation_of` users.
 
-    Example:
+    Examples:
         >>> s = Subsampled(PrivacyCost(1), rate="0.01", scheme=Scheme.POISSON)
         >>> 0.0170 < float(s.cost.epsilon) < 0.0171      # ln(1 + 0.01 (e - 1))
         True
@@ -198,7 +198,7 @@ class Parallel:
     composition"). Under substitution a changed record may move between two partitions,
     so the two largest epsilons and deltas are added.
 
-    Example:
+    Examples:
         >>> Parallel([PrivacyCost(1), PrivacyCost(2), PrivacyCost(3)]).cost
         PrivacyCost(epsilon=3, delta=0)
         >>> Parallel([PrivacyCost(1), PrivacyCost(2), PrivacyCost(3)],
@@ -235,7 +235,7 @@ class Repeated:
 
     Every rule treats it exactly as ``count`` separate charges (see :func:`atoms`).
 
-    Example:
+    Examples:
         >>> Repeated(PrivacyCost(1, "1e-6"), 4).cost
         PrivacyCost(epsilon=4, delta=4e-06)
     """

@@ -6,7 +6,7 @@ spend. Both hold exact :class:`~fractions.Fraction` values: a float is taken at 
 binary value, a string or :class:`~decimal.Decimal` at its exact decimal value, so sums
 never under-count.
 
-Example:
+Examples:
     >>> ten = sum([PrivacyCost(0.1)] * 10, PrivacyCost(0))
     >>> ten.epsilon > 1          # the float 0.1 is slightly above one tenth
     True
@@ -33,7 +33,7 @@ def format_number(value: Fraction | None) -> str:
     A finite decimal of at most 17 significant digits is shown exactly; anything else
     as the shortest float that is not below it.
 
-    Example:
+    Examples:
         >>> format_number(Fraction(1, 10))
         '0.1'
         >>> format_number(Fraction(1, 10**6))
@@ -73,7 +73,7 @@ def _short_decimal(value: Fraction) -> str | None:
 class PrivacyCost:
     """An (epsilon, delta) guarantee, exact and validated.
 
-    Args:
+    Attributes:
         epsilon: Non-negative and finite. Floats are taken at their exact binary value,
             strings and Decimals at their exact decimal value.
         delta: In [0, 1).
@@ -82,7 +82,7 @@ class PrivacyCost:
         InvalidCostError: For NaN, infinities, negative values, ``delta >= 1``, booleans
             and non-numeric strings; the message names the field and the value.
 
-    Example:
+    Examples:
         >>> PrivacyCost("0.5", "1e-6")
         PrivacyCost(epsilon=0.5, delta=1e-06)
         >>> PrivacyCost(0.5) + PrivacyCost(0.25, 1e-6)
@@ -163,11 +163,11 @@ _UNLIMITED = object()
 class Budget:
     """The total (epsilon, delta) a ledger may spend.
 
-    Args:
-        epsilon: Non-negative and finite; see :meth:`unlimited` for tracking only.
+    Attributes:
+        epsilon: Non-negative and finite, or None for :meth:`unlimited` (tracking only).
         delta: In [0, 1).
 
-    Example:
+    Examples:
         >>> Budget(1, "1e-5")
         Budget(epsilon=1, delta=1e-05)
         >>> Budget.unlimited().epsilon is None

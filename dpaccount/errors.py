@@ -28,9 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 
 __all__ = [
     "BudgetExceededError",
-    "DeltaWarning",
     "ConfigError",
     "DPAccountError",
+    "DeltaWarning",
     "DuplicateQueryError",
     "InvalidCostError",
     "LedgerConflictError",
@@ -172,7 +172,7 @@ def missing_extra(module: str, extra: str) -> ImportError:
     Returns:
         An ImportError whose message holds the exact install command.
 
-    Example:
+    Examples:
         >>> str(missing_extra("matplotlib", "plot"))
         'matplotlib is not installed; install it with: pip install "dpaccount[plot]"'
     """

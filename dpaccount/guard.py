@@ -9,7 +9,7 @@ failure itself can depend on the data (an exception on one record, a timeout on 
 group), so refunding would let an attacker learn from which queries were refunded; and a
 crash between the query and a refund would lose the refund's bookkeeping anyway.
 
-Example:
+Examples:
     >>> from dpaccount import Accountant, Budget, LaplaceMechanism
     >>> acct = Accountant(Budget(1))
     >>> @acct.guard(LaplaceMechanism(epsilon=0.5, sensitivity=1))
@@ -84,7 +84,7 @@ def run(accountant: Accountant, mechanism: Mechanism, query: Callable[..., Any],
     For an ``async`` query this returns an awaitable; the charge is made when it is
     awaited, still before the query starts.
 
-    Example:
+    Examples:
         >>> from dpaccount import Accountant, LaplaceMechanism
         >>> acct = Accountant(1)
         >>> _ = acct.run(LaplaceMechanism(epsilon=1, sensitivity=1), len, [1, 2, 3])

@@ -13,7 +13,7 @@ URL                                           store
 Options go in the query string: ``?lock_timeout=10`` (seconds, every SQL backend) and
 ``?schema=name`` (PostgreSQL: the schema holding the tables, ``dpaccount`` by default).
 
-Example:
+Examples:
     >>> import os, tempfile
     >>> url = "sqlite:///" + os.path.join(tempfile.mkdtemp(), "census.db")
     >>> from dpaccount import PrivacyCost

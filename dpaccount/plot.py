@@ -5,7 +5,7 @@
 advanced (Dwork-Roth Thm 3.20), the Whitehouse et al. 2023 filter, and the exact optimum
 (Kairouz-Oh-Viswanath 2015 Thm 3.3), with the Agg backend.
 
-Example:
+Examples:
     >>> curves = composition_curves("0.1", 0, 200, "1e-5", points=5)
     >>> curves["k"]
     [1, 50, 100, 150, 200]

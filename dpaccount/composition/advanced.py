@@ -10,7 +10,7 @@ Floating-point results are rounded upward (inputs are rounded toward more loss, 
 result is pushed up by 16 ulps, which covers the few correctly-rounded-or-1-ulp
 operations involved); deltas are exact.
 
-Example:
+Examples:
     >>> c = advanced(PrivacyCost("0.1"), 1000, "1e-6")
     >>> round(float(c.epsilon), 2), c.delta == Fraction(1, 10**6)
     (27.14, True)
@@ -118,7 +118,7 @@ def advanced(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
     Raises:
         InvalidCostError: For invalid inputs or a total delta reaching 1.
 
-    Example:
+    Examples:
         >>> c = advanced(PrivacyCost("0.1"), 1000, "1e-5")
         >>> 25.6 < float(c.epsilon) < 25.8
         True
@@ -153,7 +153,7 @@ def advanced_adaptive(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
         k: The number of queries, >= 1.
         delta_slack: delta' (the Azuma failure probability) in (0, 1).
 
-    Example:
+    Examples:
         >>> c = advanced_adaptive(PrivacyCost(1), 10, "1e-6")
         >>> 43.2 < float(c.epsilon) < 43.3    # a(1) = 1: 10 + 2 sqrt(20 ln 1e6)
         True
@@ -179,7 +179,7 @@ def advanced_simplified(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
     Raises:
         UnsupportedChargeError: Outside the validity range (use :func:`advanced`).
 
-    Example:
+    Examples:
         >>> c = advanced_simplified(PrivacyCost("0.01"), 100, "1e-5")
         >>> 0.95 < float(c.epsilon) < 0.96
         True
@@ -225,7 +225,7 @@ class AdvancedRule(FixedPlanRule):
         form: ``"dwork_roth"`` (Thm 3.20, default) or ``"a_epsilon"``
             (:func:`advanced_adaptive`).
 
-    Example:
+    Examples:
         >>> rule = AdvancedRule(plan=(PrivacyCost("0.1"), 1000), delta_slack="1e-6")
         >>> s = rule.extend(rule.start(), PrivacyCost("0.1"))
         >>> rule.total(s)                 # one query: basic is better

@@ -37,7 +37,7 @@ class BasicRule(Rule[BasicState]):
     stopping when the sum would exceed the budget is a valid privacy filter, so each
     query's epsilon and delta may be chosen at run time. Sums are exact.
 
-    Example:
+    Examples:
         >>> rule = BasicRule()
         >>> s = rule.extend(rule.start(), PrivacyCost("0.25", "1e-6"))
         >>> rule.total(rule.extend(s, PrivacyCost("0.5")))
@@ -95,7 +95,7 @@ def basic(costs: Iterable[Charge]) -> PrivacyCost:
     Returns:
         The exact sum of epsilons and of deltas.
 
-    Example:
+    Examples:
         >>> basic([PrivacyCost("0.1")] * 10)
         PrivacyCost(epsilon=1, delta=0)
     """

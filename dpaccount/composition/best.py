@@ -14,7 +14,7 @@ choice is made from the declared plan (or, for fully adaptive use without one, f
 budget: the filter when the budget has a delta, else basic). The chosen rule's ``name``
 and ``theorem`` say which theorem is in force.
 
-Example:
+Examples:
     >>> rule = best_rule("adaptive_mechanisms", plan=(PrivacyCost("0.1"), 1000),
     ...                  budget=Budget(20, "1e-5"))
     >>> rule.name
@@ -253,7 +253,7 @@ def compose_by_name(
     Returns:
         ``(composed cost, theorem citation)``.
 
-    Example:
+    Examples:
         >>> total, theorem = compose_by_name("basic", PrivacyCost("0.1"), 10)
         >>> total, theorem.split(",")[0]
         (PrivacyCost(epsilon=1, delta=0), 'Dwork and Roth 2014')

@@ -16,7 +16,7 @@ composition while allowing the parameters to be chosen adaptively.
 charge only if, after it, the stopping condition is not met:
 sqrt(2 ln(1/delta') S2) + S2 / 2 <= epsilon (rounded up) and sum delta_m <= delta - delta'.
 
-Example:
+Examples:
     >>> c = filter_epsilon([PrivacyCost("0.01")] * 393, "5e-6")
     >>> float(c.epsilon) <= 1.0
     True
@@ -51,7 +51,7 @@ THEOREM_FILTER = (
 def filter_value(eps_sq: Fraction, delta_slack: Fraction) -> Fraction:
     """sqrt(2 ln(1/delta') S2) + S2 / 2, rounded up (exact 0 for S2 = 0).
 
-    Example:
+    Examples:
         >>> filter_value(Fraction(0), Fraction(1, 10))
         Fraction(0, 1)
     """
@@ -73,7 +73,7 @@ def filter_epsilon(costs: Iterable[Any], delta_slack: Any) -> PrivacyCost:
         costs: The charges' costs, in any order (the bound depends on sums only).
         delta_slack: delta' in (0, 1).
 
-    Example:
+    Examples:
         >>> c = filter_epsilon([PrivacyCost("0.01")] * 100, "5e-6")
         >>> 0.49 < float(c.epsilon) < 0.50, c.delta
         (True, Fraction(1, 200000))
@@ -119,7 +119,7 @@ class FilterRule(Rule[FilterState]):
         delta_slack: delta' in (0, budget delta). If omitted, half of ``budget``'s delta.
         budget: The ledger's budget (only for the default delta_slack).
 
-    Example:
+    Examples:
         >>> from dpaccount.charges import Repeated
         >>> rule = FilterRule(delta_slack="5e-6")
         >>> s = rule.extend(rule.start(), Repeated(PrivacyCost("0.01"), 393))

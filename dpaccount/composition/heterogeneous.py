@@ -12,7 +12,7 @@ advance (adaptively chosen mechanisms, fixed parameters). dpaccount reports the 
 delta~ + sum delta_l, which is at least 1 - (1 - delta~) prod(1 - delta_l) and exact in
 rationals (so k separate charges and ``Repeated(c, k)`` agree to the last bit).
 
-Example:
+Examples:
     >>> c = heterogeneous([PrivacyCost("0.1")] * 1000, "1e-5")
     >>> 20.1 < float(c.epsilon) < 20.2
     True
@@ -106,7 +106,7 @@ def heterogeneous(costs: Iterable[Any], delta_slack: Any) -> PrivacyCost:
         costs: The per-query costs (PrivacyCost, pairs or charges), at least one.
         delta_slack: delta~ in (0, 1).
 
-    Example:
+    Examples:
         >>> c = heterogeneous([PrivacyCost(1), PrivacyCost(2)], "1e-6")   # basic wins
         >>> c.epsilon, c.delta == Fraction(1, 10**6)
         (Fraction(3, 1), True)
@@ -134,7 +134,7 @@ class HeterogeneousRule(FixedPlanRule):
         delta_slack: delta~; if omitted, what ``budget`` leaves after the plan's deltas.
         budget: The ledger's budget (only for the default delta_slack).
 
-    Example:
+    Examples:
         >>> rule = HeterogeneousRule(plan=[PrivacyCost("0.5"), PrivacyCost(1)],
         ...                          delta_slack="1e-6")
         >>> rule.total(rule.extend(rule.start(), PrivacyCost("0.5")))

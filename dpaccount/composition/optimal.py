@@ -20,7 +20,7 @@ cancellation) with a rigorous margin for the floating-point error of the log-bin
 the exponent differences and the summation, and epsilon is nudged up until the certified
 value is within the target. Cost: O(k) vectorised work, a few milliseconds at k = 10^5.
 
-Example:
+Examples:
     >>> c = optimal(PrivacyCost("0.1"), 1000, "1e-5")
     >>> 17.7 < float(c.epsilon) < 17.9
     True
@@ -157,7 +157,7 @@ def optimal_delta(cost: Any, k: int, epsilon: Any) -> Fraction:
 
     1 - (1 - delta0)^k (1 - delta_pure(epsilon)), KOV 2015 Thm 3.3 (see module doc).
 
-    Example:
+    Examples:
         >>> optimal_delta(PrivacyCost(1), 1, 1)       # at epsilon = epsilon0 only delta0
         Fraction(0, 1)
         >>> float(optimal_delta(PrivacyCost(1), 2, 0))  # doctest: +ELLIPSIS
@@ -203,7 +203,7 @@ def optimal(cost: Any, k: int, target_delta: Any) -> PrivacyCost:
         InvalidCostError: Invalid input, or a target_delta below 1 - (1 - delta0)^k,
             which no epsilon reaches.
 
-    Example:
+    Examples:
         >>> optimal(PrivacyCost(1), 1, 0)
         PrivacyCost(epsilon=1, delta=0)
     """
@@ -256,7 +256,7 @@ class OptimalRule(FixedPlanRule):
         target_delta: The delta at which epsilon is reported; if omitted, the budget's.
         budget: The ledger's budget (only for the default target_delta).
 
-    Example:
+    Examples:
         >>> from dpaccount.charges import Repeated
         >>> rule = OptimalRule(plan=(PrivacyCost("0.1"), 1000), target_delta="1e-5")
         >>> s = rule.extend(rule.start(), Repeated(PrivacyCost("0.1"), 1000))

@@ -10,7 +10,7 @@ The inverses (:func:`remaining_per_query`, :func:`max_queries`,
 :func:`per_query_epsilon`) solve numerically and then re-check their answer with the
 rule's own :meth:`~dpaccount.composition.base.Rule.admits`, so they err toward privacy.
 
-Example:
+Examples:
     >>> plan = Plan.repeat(PrivacyCost("0.1"), 3)
     >>> plan.count, plan.is_homogeneous
     (3, True)
@@ -55,7 +55,7 @@ def as_cost(value: Any, field: str = "cost") -> PrivacyCost:
     Raises:
         InvalidCostError: For anything else (the message names ``field``).
 
-    Example:
+    Examples:
         >>> as_cost((0.5, "1/4"))
         PrivacyCost(epsilon=0.5, delta=0.25)
     """
@@ -94,7 +94,7 @@ class Plan:
     Build one with :meth:`repeat` (k queries of one cost) or :meth:`of` (a list of
     costs); :func:`as_plan` also takes ``(cost, k)`` or a list.
 
-    Args:
+    Attributes:
         runs: ``(cost, count)`` pairs; adjacent equal costs are merged.
     """
 
@@ -136,7 +136,7 @@ def as_plan(value: Any) -> Plan:
         ConfigError: If no plan is given.
         InvalidCostError: If the plan holds invalid costs or counts.
 
-    Example:
+    Examples:
         >>> as_plan((PrivacyCost(1), 2)).count
         2
     """
@@ -342,7 +342,7 @@ def remaining_per_query(
         ``PrivacyCost(epsilon, delta)``; ``PrivacyCost(0, 0)`` if not even k queries of
         (0, ``delta``) fit.
 
-    Example:
+    Examples:
         >>> from dpaccount.composition.basic import BasicRule
         >>> r = BasicRule()
         >>> remaining_per_query(r, r.start(), Budget(1), 4)
@@ -393,7 +393,7 @@ def max_queries(rule: Rule[Any], state: Any, budget: Budget, cost: Any) -> int |
     Returns:
         The count, or None if more than 10**12 fit (e.g. a zero cost).
 
-    Example:
+    Examples:
         >>> from dpaccount.composition.basic import BasicRule
         >>> r = BasicRule()
         >>> max_queries(r, r.start(), Budget(1), PrivacyCost("0.3"))
@@ -443,7 +443,7 @@ def per_query_epsilon(
         **options: Rule options (``delta_slack``, ``target_delta``); by default the
             rule takes what the budget leaves.
 
-    Example:
+    Examples:
         >>> c = per_query_epsilon((1, "1e-5"), 1000, "advanced")
         >>> 0.0063 < float(c.epsilon) < 0.0064
         True

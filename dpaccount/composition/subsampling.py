@@ -7,7 +7,7 @@ replacement with substitution neighbours (Thm 9). Other pairings of scheme and r
 are not covered by those theorems and are refused. Amplification is per mechanism run,
 so it holds whatever the adaptivity of the composition that follows.
 
-Example:
+Examples:
     >>> c = subsample(PrivacyCost(1), "0.01", "poisson", "add_remove")
     >>> 0.0170 < float(c.epsilon) < 0.0171   # ln(1 + 0.01 (e - 1))
     True
@@ -75,7 +75,7 @@ def subsample(cost: Any, rate: Any, scheme: Any, relation: Any) -> PrivacyCost:
     Raises:
         UnsupportedChargeError: Mismatched scheme and relation.
 
-    Example:
+    Examples:
         >>> subsample(PrivacyCost(1), "0.5", "poisson", "substitution")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...

@@ -18,7 +18,7 @@ Speed (pure Python, OS CSPRNG, measured on a 2-core VM): one discrete Laplace dr
 number of loop iterations is bounded by a constant); 10^4 draws take ~0.16 s and
 ~0.34 s. A seeded test source is about twice as fast.
 
-Example:
+Examples:
     >>> rng = RandomSource.seeded(7)          # test-only: reproducible
     >>> x = sample_discrete_laplace(Fraction(3), rng)
     >>> isinstance(x, int)
@@ -67,7 +67,7 @@ class RandomSource:
             (:class:`secrets.SystemRandom`) is used. Tests pass a seeded
             :class:`random.Random` through :meth:`seeded` instead.
 
-    Example:
+    Examples:
         >>> src = RandomSource()            # OS CSPRNG
         >>> src.is_cryptographic
         True
@@ -94,7 +94,7 @@ class RandomSource:
         A mechanism built with a seeded source gives no privacy against anyone who knows
         or can guess the seed. Use it to make statistical tests deterministic.
 
-        Example:
+        Examples:
             >>> a, b = RandomSource.seeded(1), RandomSource.seeded(1)
             >>> a.randbelow(1000) == b.randbelow(1000)
             True
@@ -156,7 +156,7 @@ def _ratio(value: Fraction | int) -> tuple[int, int]:
 def sample_bernoulli(p: Fraction | int, rng: RandomSource) -> bool:
     """Exactly Bernoulli(p) for a rational ``p`` in [0, 1].
 
-    Example:
+    Examples:
         >>> sample_bernoulli(Fraction(0), RandomSource.seeded(0))
         False
         >>> sample_bernoulli(Fraction(1), RandomSource.seeded(0))
@@ -186,7 +186,7 @@ def sample_bernoulli_exp(gamma: Fraction | int, rng: RandomSource) -> bool:
     (stopping at the first failure) and one of Bernoulli(exp(-(gamma - floor(gamma)))).
     Expected cost O(1) whatever gamma.
 
-    Example:
+    Examples:
         >>> sample_bernoulli_exp(Fraction(0), RandomSource.seeded(0))
         True
     """
@@ -211,7 +211,7 @@ def sample_discrete_laplace(scale: Fraction | int, rng: RandomSource) -> int:
         scale: A positive rational.
         rng: The randomness source.
 
-    Example:
+    Examples:
         >>> isinstance(sample_discrete_laplace(Fraction(1, 2), RandomSource.seeded(3)), int)
         True
     """
@@ -235,7 +235,7 @@ def sample_discrete_laplace(scale: Fraction | int, rng: RandomSource) -> int:
 def floor_sqrt_fraction(value: Fraction) -> int:
     """floor(sqrt(value)) exactly, for a non-negative rational.
 
-    Example:
+    Examples:
         >>> floor_sqrt_fraction(Fraction(17, 4))   # sqrt(4.25) = 2.06...
         2
     """
@@ -264,7 +264,7 @@ def sample_discrete_gaussian(sigma2: Fraction | int, rng: RandomSource) -> int:
         sigma2: The variance parameter sigma², a positive rational.
         rng: The randomness source.
 
-    Example:
+    Examples:
         >>> isinstance(sample_discrete_gaussian(Fraction(9, 4), RandomSource.seeded(5)), int)
         True
     """
@@ -331,7 +331,7 @@ def discrete_gaussian_vector(
 def power_of_two_at_most(value: Fraction) -> Fraction:
     """The largest power of two (possibly negative exponent) that is <= ``value`` > 0.
 
-    Example:
+    Examples:
         >>> power_of_two_at_most(Fraction(3, 1000))
         Fraction(1, 512)
         >>> power_of_two_at_most(Fraction(8))

@@ -25,7 +25,7 @@ before enumerating anything: it is a configuration that cannot run, not an inval
 Accuracy (Dwork and Roth 2014, Thm 3.11): with probability >= 1 - beta, the released
 D^'s largest error is at most the best candidate's plus (2 / epsilon)(ln C + ln(1/beta)).
 
-Example:
+Examples:
     >>> from dpaccount.mechanisms._sampling import RandomSource
     >>> domain = list(range(8))
     >>> queries = [lambda x, t=t: x < t for t in (2, 4, 6)] + [lambda x: x % 2 == 0,
@@ -73,7 +73,7 @@ def candidate_count(domain_size: int, size: int, limit: int | None = None) -> in
     exact integer); with ``limit``, the loop stops at the first value above it and
     returns that value, so a huge configuration is refused in microseconds.
 
-    Example:
+    Examples:
         >>> candidate_count(8, 5)        # C(12, 5)
         792
         >>> candidate_count(10**9, 10**9, limit=1000) > 1000

@@ -37,7 +37,7 @@ bound S_j g_j), with C set so that the converted delta is at most the requested 
 The charge is ``PrivacyCost(epsilon, delta_bound)`` at the exact t_j² used.
 It is one mechanism with fixed parameters; the accountant composes it.
 
-Example:
+Examples:
     >>> from dpaccount.mechanisms._sampling import RandomSource
     >>> m = EllipticalGaussianMechanism(1, "1e-5", [1, 1, 16, 64],
     ...                                 rng=RandomSource.seeded(0))
@@ -88,7 +88,7 @@ def optimal_sigmas(bounds: Any, mu: Any) -> npt.NDArray[np.float64]:
     have at the target (epsilon, delta) (e.g. Balle and Wang 2018, Thm 8). Floats, for
     planning and comparisons; the mechanism itself uses exact lattice parameters.
 
-    Example:
+    Examples:
         >>> optimal_sigmas([1.0, 4.0], 1.0).tolist()    # sqrt(1*5), sqrt(4*5)
         [2.23606797749979, 4.47213595499958]
     """
@@ -101,7 +101,7 @@ def elliptical_error_ratio(bounds: Any) -> float:
 
     (sum_j Delta_j)² / (d sum_j Delta_j²), independent of (epsilon, delta).
 
-    Example:
+    Examples:
         >>> elliptical_error_ratio([1, 1, 1, 1])
         1.0
         >>> round(elliptical_error_ratio([1, 100]), 4)     # 101² / (2 * 10001)

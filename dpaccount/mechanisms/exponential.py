@@ -68,7 +68,7 @@ class ExponentialMechanism(Mechanism):
             same direction (never some up and some down).
         rng: ``None`` for the OS CSPRNG; ``RandomSource.seeded(...)`` in tests only.
 
-    Example:
+    Examples:
         >>> from dpaccount.mechanisms._sampling import RandomSource
         >>> m = ExponentialMechanism(1, 1, rng=RandomSource.seeded(0))
         >>> m.charge

@@ -186,7 +186,7 @@ def discrete_gaussian_delta_up(epsilon: Fraction, sigma2: float, shift: int) -> 
         sigma2: The discrete Gaussian's parameter (lattice units), > 0.
         shift: The largest integer shift (the lattice sensitivity), >= 1.
 
-    Example:
+    Examples:
         >>> d = discrete_gaussian_delta_up(Fraction(1), 400.0, 20)   # s_σ/shift = 1
         >>> 0.126 < float(d) < 0.128    # continuous Balle-Wang delta(1) at mu=1: 0.1269
         True
@@ -222,7 +222,7 @@ def zcdp_delta_up(epsilon: Fraction, rho: float) -> Fraction:
     any alpha gives a valid bound, so an approximately optimal alpha is used and the
     value there is rounded up.
 
-    Example:
+    Examples:
         >>> 0 < float(zcdp_delta_up(Fraction(1), 0.05)) < 1e-2
         True
     """
@@ -353,7 +353,7 @@ class GaussianMechanism(Mechanism):
         InvalidCostError: An invalid parameter, or one outside the calibration's proof.
         ConfigError: An unknown calibration.
 
-    Example:
+    Examples:
         >>> from dpaccount.mechanisms._sampling import RandomSource
         >>> m = GaussianMechanism(1, "1e-5", 1, rng=RandomSource.seeded(0))
         >>> 3.7 < m.sigma < 3.8            # Balle-Wang: 3.73 at the lattice sensitivity
@@ -404,7 +404,7 @@ class GaussianMechanism(Mechanism):
         curve. The charge is taken at ``epsilon`` (delta = delta_for(epsilon)) or at
         ``delta`` (epsilon = epsilon_for(delta)); give one of them to charge it.
 
-        Example:
+        Examples:
             >>> m = GaussianMechanism.from_sigma(4, 1, delta="1e-5")
             >>> 0.9 < float(m.charge.epsilon) < 1.0
             True

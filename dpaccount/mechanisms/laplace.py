@@ -79,7 +79,7 @@ class LaplaceMechanism(Mechanism):
     Raises:
         InvalidCostError: For an invalid parameter (naming it).
 
-    Example:
+    Examples:
         >>> from dpaccount.mechanisms._sampling import RandomSource
         >>> m = LaplaceMechanism(1, 1, rng=RandomSource.seeded(0))
         >>> m.charge
@@ -184,7 +184,7 @@ class LaplaceMechanism(Mechanism):
     def error_bound(self, level: Any = 0.95) -> float:
         """Half-width w with P[|noise| <= w] >= level in one coordinate.
 
-        Example:
+        Examples:
             >>> m = LaplaceMechanism(1, 1)
             >>> 2.99 < m.error_bound(0.95) < 3.01       # continuous: ln(20) = 2.996
             True

@@ -29,7 +29,7 @@ reports still reveals the number of records.
 Sampling uses one uniform integer below the common denominator of the probabilities
 (exact; the OS CSPRNG by default).
 
-Example:
+Examples:
     >>> from dpaccount.mechanisms._sampling import RandomSource
     >>> rr = RandomizedResponseMechanism(1, categories=2, rng=RandomSource.seeded(0))
     >>> rr.charge.epsilon <= 1
@@ -66,7 +66,7 @@ def rational_exp_below(epsilon: Fraction) -> Fraction:
     exp is evaluated at a float <= epsilon and stepped down two ulps (libm's exp is
     within one ulp of the true value), so the result never exceeds e^epsilon.
 
-    Example:
+    Examples:
         >>> r = rational_exp_below(Fraction(1))
         >>> 2.718281828459 < float(r) <= math.e
         True
@@ -110,7 +110,7 @@ class RandomizedResponseMechanism(Mechanism):
     Raises:
         InvalidCostError: An invalid epsilon or number of categories.
 
-    Example:
+    Examples:
         >>> rr = RandomizedResponseMechanism("0.5", categories=4)
         >>> rr.charge.epsilon <= Fraction(1, 2)
         True
@@ -133,7 +133,7 @@ class RandomizedResponseMechanism(Mechanism):
 
         The charge is ln(p (k - 1) / (1 - p)), rounded up.
 
-        Example:
+        Examples:
             >>> rr = RandomizedResponseMechanism.from_keep_probability("0.75", 2)
             >>> 1.0986 < float(rr.charge.epsilon) < 1.0987       # ln 3
             True

@@ -46,7 +46,7 @@ MetaRow = tuple[int, str, int, str, str, str]
 def frac_text(value: Fraction) -> str:
     """An exact value as ``"numerator/denominator"`` text.
 
-    Example:
+    Examples:
         >>> frac_text(Fraction(1, 3))
         '1/3'
     """
@@ -56,7 +56,7 @@ def frac_text(value: Fraction) -> str:
 def parse_frac(text: str, what: str) -> Fraction:
     """Read ``"numerator/denominator"`` text back; a malformed value is corruption.
 
-    Example:
+    Examples:
         >>> parse_frac("3/4", "epsilon_sum")
         Fraction(3, 4)
     """

@@ -14,7 +14,7 @@ __all__ = ["MemoryStore"]
 class MemoryStore:
     """Keeps one ledger in a Python list, guarded by a lock.
 
-    Example:
+    Examples:
         >>> store = MemoryStore()
         >>> store.head()
         0

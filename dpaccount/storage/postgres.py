@@ -14,6 +14,24 @@ default. An append is one transaction; how it excludes other writers is chosen w
     the same statements without ``FOR UPDATE`` in a SERIALIZABLE transaction; a
     serialization failure is retried.
 
+How an append is made durable is chosen with ``commit``:
+
+``"group"`` (default)
+    the append transaction commits with ``SET LOCAL synchronous_commit = off``, which
+    releases the ledger row's lock as soon as the commit record is in the WAL buffers;
+    then, before :meth:`PostgresStore.append` returns, a *durability barrier* (a second,
+    synchronous transaction that writes one WAL record, a transactional
+    ``pg_logical_emit_message``) commits. Its commit flushes the WAL up to its own commit
+    record, hence up to and including the append's, which precedes it. Writers waiting
+    on barriers at the same time share one WAL flush (group commit). The conditional
+    append, its commit and the barrier travel in one pipelined round trip.
+``"sync"``
+    the append transaction commits synchronously while holding the row lock.
+
+Either way the append is flushed to the WAL (under the session's ``synchronous_commit``,
+raised to ``on`` if the server default is ``off``) before ``append()`` returns, so no
+answer is released before its charge is durable. docs/ledgers.md argues the crash cases.
+
 A lock wait longer than ``lock_timeout``, a serialization failure that persists, a lost
 connection or any other database error raises :class:`~dpaccount.errors.StorageError`
 and the charge is refused (fail closed). A commit whose outcome is unknown (the
@@ -25,6 +43,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
@@ -61,9 +80,13 @@ __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
 Locking = Literal["conditional", "row", "serializable"]
+Commit = Literal["group", "sync"]
 
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _SERIALIZATION_RETRIES = 50
+#: Records an append brought back (the winners of a lost race, or those appended after
+#: ours) answer head() and read() for this long (seconds); later calls ask the database.
+_PREFETCH_SECONDS = 0.05
 _RECORD_COLUMNS = "seq, payload, prev_hash, hash, query_id"
 
 
@@ -129,10 +152,14 @@ class PostgresStore:
         schema: The schema holding the tables (created if missing).
         lock_timeout: Seconds to wait for the ledger row's lock before failing closed.
         locking: How appends exclude each other (see the module docstring).
+        commit: How an append is made durable before :meth:`append` returns:
+            ``"group"`` (asynchronous commit, then a shared synchronous barrier) or
+            ``"sync"`` (a synchronous commit under the row lock). See the module
+            docstring.
 
     Raises:
         ImportError: psycopg is not installed (``pip install "dpaccount[postgres]"``).
-        ConfigError: An invalid schema name or locking mode.
+        ConfigError: An invalid schema name, locking mode or commit mode.
         StorageError: The server cannot be reached or the tables cannot be created.
     """
 
@@ -144,6 +171,7 @@ class PostgresStore:
         schema: str = "dpaccount",
         lock_timeout: float = 30.0,
         locking: Locking = "conditional",
+        commit: Commit = "group",
     ) -> None:
         try:
             import psycopg
@@ -156,14 +184,46 @@ class PostgresStore:
             raise ConfigError(
                 f"unknown locking {locking!r}; use 'conditional', 'row' or 'serializable'"
             )
+        if commit not in ("group", "sync"):
+            raise ConfigError(f"unknown commit mode {commit!r}; use 'group' or 'sync'")
         if not isinstance(name, str) or not name:
             raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
         self.name = name
         self.schema = schema
         self.locking: Locking = locking
+        self.commit: Commit = commit
         self.lock_timeout = float(lock_timeout)
         self._conninfo = conninfo
         self._s = f'"{schema}"'
+        append = (
+            f"WITH u AS (UPDATE {self._s}.ledgers SET head = %(head)s, last_hash = %(hash)s, "
+            "epsilon_sum = %(eps)s, delta_sum = %(delta)s "
+            "WHERE name = %(name)s AND head = %(seq)s AND last_hash = %(prev)s RETURNING name) "
+            f"INSERT INTO {self._s}.records SELECT name, %(seq)s, %(payload)s, %(prev)s, "
+            "%(hash)s, %(qid)s FROM u"
+        )
+        mine = (
+            f"SELECT 1 FROM {self._s}.records "
+            "WHERE ledger = %(name)s AND seq = %(seq)s AND hash = %(hash)s"
+        )
+        # Writes one WAL record (so its commit must flush) only if our record is stored.
+        barrier = f"SELECT pg_logical_emit_message(true, 'dpaccount', '') FROM ({mine}) m"
+        # Read in a fresh snapshot after the commits: the records from ours on (ours
+        # first if we won, else the winners'), so the next decision starts up to date.
+        since = (
+            f"SELECT {_RECORD_COLUMNS} FROM {self._s}.records "
+            "WHERE ledger = %(name)s AND seq >= %(seq)s ORDER BY seq"
+        )
+        #: The statements of one append, sent as one simple query (one round trip); the
+        #: results come back in this order.
+        self._sql_append = {
+            "group": "BEGIN; SET LOCAL synchronous_commit = off; "
+            f"{append}; COMMIT; BEGIN; {barrier}; COMMIT; {since}",
+            "sync": f"BEGIN; {append}; COMMIT; {since}",
+        }
+        self._sql_barrier = barrier
+        #: (when, start, records): records with seq >= start, read ``when``.
+        self._prefetch: tuple[float, int, list[LedgerRecord]] | None = None
         self._lock = threading.RLock()
         self._tip_cache: LedgerTip | None = None
         self._conn: Any = None
@@ -196,6 +256,9 @@ class PostgresStore:
 
     def head(self) -> int:
         """The number of records in the ledger (0 if it does not exist yet)."""
+        prefetch = self._fresh_prefetch()
+        if prefetch is not None:
+            return prefetch[0] + len(prefetch[1])
         row = self._fetchone(f"SELECT head FROM {self._s}.ledgers WHERE name = %s", (self.name,))
         return 0 if row is None else int(row[0])
 
@@ -203,26 +266,29 @@ class PostgresStore:
         """The records with ``seq >= start``, decoded and checked against the chain."""
         start = max(int(start), 0)
         s = self._s
+        prefetch = self._fresh_prefetch()
+        self._prefetch = None
+        if prefetch is not None and prefetch[0] == start:
+            return prefetch[1]
 
-        def get(cur: Any) -> list[LedgerRecord]:
-            prev = GENESIS_HASH
-            if start > 0:
-                cur.execute(
-                    f"SELECT hash FROM {s}.records WHERE ledger = %s AND seq = %s",
-                    (self.name, start - 1),
-                )
-                row = cur.fetchone()
-                if row is None:
-                    raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
-                prev = row[0]
-            cur.execute(
+        def get(conn: Any) -> list[LedgerRecord]:
+            # One statement (one snapshot, one round trip): record start - 1 gives the
+            # hash the rest must continue.
+            rows: list[RecordRow] = conn.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s AND seq >= %s "
                 "ORDER BY seq",
-                (self.name, start),
-            )
-            return check_records(cur.fetchall(), start, prev)
+                (self.name, start - 1 if start > 0 else 0),
+            ).fetchall()
+            prev = GENESIS_HASH
+            if start > 0:
+                if not rows or rows[0][0] != start - 1:
+                    raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
+                prev = rows.pop(0)[3]
+            records = check_records(rows, start, prev)
+            self._advance_tip_cache(start, prev, records, rows[-1][3] if rows else prev)
+            return records
 
-        return self._read(get)
+        return self._call(get)
 
     def append(self, expected_head: int, record: LedgerRecord) -> None:
         """Append ``record`` if the ledger still has ``expected_head`` records.
@@ -240,6 +306,13 @@ class PostgresStore:
             raise LedgerConflictError(
                 f"record seq {record.seq} does not match the expected head {expected_head}"
             )
+        prefetch = self._fresh_prefetch()
+        if prefetch is not None and prefetch[0] == expected_head:
+            # An append just brought back newer records: fold them in first (no round trip).
+            raise LedgerConflictError(
+                f"expected {expected_head} records, found {expected_head + len(prefetch[1])}"
+            )
+        self._prefetch = None
         payload = canonical_bytes(record).decode()
         if self.locking == "conditional":
             tip = self._tip_cache
@@ -382,6 +455,10 @@ class PostgresStore:
             self._conn = self._pg.connect(self._conninfo, autocommit=True)
             ms = max(int(self.lock_timeout * 1000), 1)
             self._conn.execute(f"SET lock_timeout = {ms}")
+            # A charge must be flushed before append() returns: never run with the
+            # server's synchronous_commit = off (stricter settings are kept).
+            if self._conn.execute("SHOW synchronous_commit").fetchone()[0] == "off":
+                self._conn.execute("SET synchronous_commit = on")
         return self._conn
 
     def _call(self, body: Callable[[Any], T]) -> T:
@@ -447,7 +524,7 @@ class PostgresStore:
         )
 
     def _fetch_tip(self) -> LedgerTip:
-        tip = self._read(self._tip_row)
+        tip = self._call(lambda conn: self._tip_row(conn.cursor()))
         if tip is None:
             raise StorageError(f"ledger {self.name!r} is not initialized")
         self._tip_cache = tip
@@ -460,32 +537,109 @@ class PostgresStore:
             (self.name, record.seq, payload, prev, record_hash, record.query_id),
         )
 
+    def _advance_tip_cache(self, start: int, prev: str, records: Sequence[LedgerRecord],
+                           last_hash: str) -> None:
+        """Fold records just read (and chain-checked) into the cached tip, if it is theirs.
+
+        After losing a race the accountant reads the winners' records; folding them here
+        lets the retried append go straight to the database without re-reading the tip.
+        """
+        tip = self._tip_cache
+        if tip is None or tip.head != start or tip.last_hash != prev or not records:
+            return
+        for record in records[:-1]:
+            tip = tip.after(record, chain_hash(tip.last_hash, record))
+        self._tip_cache = tip.after(records[-1], last_hash)
+
     def _append_conditional(self, tip: LedgerTip, record: LedgerRecord, payload: str) -> None:
         record_hash = chain_hash(tip.last_hash, record)
         new = tip.after(record, record_hash)
-
-        def insert(cur: Any) -> None:
-            cur.execute(
-                f"UPDATE {self._s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
-                "delta_sum = %s WHERE name = %s AND head = %s AND last_hash = %s",
-                (new.head, new.last_hash, frac_text(new.epsilon_sum),
-                 frac_text(new.delta_sum), self.name, tip.head, tip.last_hash),
-            )
-            if cur.rowcount != 1:
-                raise LedgerConflictError(
-                    f"expected {tip.head} records: another writer appended first"
-                )
-            self._insert_record(cur, record, payload, tip.last_hash, record_hash)
-
+        params = {
+            "name": self.name, "seq": tip.head, "prev": tip.last_hash, "head": new.head,
+            "hash": record_hash, "eps": frac_text(new.epsilon_sum),
+            "delta": frac_text(new.delta_sum), "payload": payload, "qid": record.query_id,
+        }
         self._tip_cache = None
-        self._write(insert)
-        self._tip_cache = new
+        appended, rows = self._call(lambda conn: self._append_round_trip(conn, params))
+        if appended:
+            tip, rows = new, rows[1:]  # our own record comes first
+        try:
+            records = check_records(rows, tip.head, tip.last_hash)
+        except LedgerCorruptError:
+            records = []  # the next read() finds and reports it
+        self._tip_cache = tip
+        if records:
+            self._advance_tip_cache(tip.head, tip.last_hash, records, rows[-1][3])
+            self._prefetch = (time.monotonic(), tip.head, records)
+        if not appended:
+            raise LedgerConflictError(
+                f"expected {tip.head} records: another writer appended first"
+            )
+
+    def _append_round_trip(self, conn: Any, params: dict[str, Any]) -> list[RecordRow] | None:
+        """Run one append's statements in one round trip (see ``_sql_append``).
+
+        ``"group"``: ``BEGIN``, ``SET LOCAL synchronous_commit = off``, the
+        compare-and-append statement, ``COMMIT`` (the row lock is released here, before
+        any flush), then the barrier, whose transaction writes a WAL record only if our
+        record is stored, so its synchronous commit flushes the WAL through the append's
+        commit record (after a lost race it writes nothing and costs no flush).
+        ``"sync"``: the append commits synchronously, holding the row lock meanwhile.
+        Both end by reading, in a fresh snapshot, the records from ``seq`` on.
+
+        Returns:
+            Whether the record was appended (and is durable), and the rows read last
+            (starting with our own record if it was appended).
+        """
+        cur = self._pg.ClientCursor(conn)
+        try:
+            cur.execute(self._sql_append[self.commit], params)
+        except self._pg.Error:
+            self._rollback(conn)
+            raise
+        appended = barrier = False
+        rows: list[RecordRow] = []
+        while True:
+            status = cur.statusmessage or ""
+            if status.startswith("INSERT"):
+                appended = cur.rowcount == 1
+            elif status.startswith("SELECT"):
+                rows = cur.fetchall()
+                barrier = barrier or (appended and cur.pgresult.ntuples == 1 and not rows[0][1:])
+            if not cur.nextset():
+                break
+        return appended, rows
+
+    def _barrier(self, record_hash: str, seq: int) -> None:
+        """Wait until the append of record ``seq`` is flushed (see ``_append_round_trip``)."""
+        params = {"name": self.name, "seq": seq, "hash": record_hash}
+
+        def run(conn: Any) -> None:
+            if conn.execute(self._sql_barrier, params).fetchone() is None:
+                raise StorageError(
+                    f"ledger {self.name!r}: record {seq} vanished before its durability "
+                    "barrier; the charge is refused"
+                )
+
+        self._call(run)
+
+    def _rollback(self, conn: Any) -> None:
+        """End a failed explicit transaction so the connection can be reused."""
+        idle = self._pg.pq.TransactionStatus.IDLE
+        if conn.closed or conn.broken or conn.info.transaction_status == idle:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except self._pg.Error:
+            conn.close()  # reconnect on the next call
 
     def _append_locked(self, expected_head: int, record: LedgerRecord, payload: str) -> None:
         s = self._s
         row_lock = self.locking == "row"
 
         def insert(cur: Any) -> LedgerTip:
+            if self.commit == "group":
+                cur.execute("SET LOCAL synchronous_commit = off")
             cur.execute(
                 f"SELECT head, last_hash, epsilon_sum, delta_sum FROM {s}.ledgers "
                 "WHERE name = %s" + (" FOR UPDATE" if row_lock else ""),
@@ -509,7 +663,11 @@ class PostgresStore:
             )
             return new
 
-        self._tip_cache = self._write(insert, serializable=not row_lock)
+        self._tip_cache = None
+        new = self._write(insert, serializable=not row_lock)
+        if self.commit == "group":
+            self._barrier(new.last_hash, expected_head)
+        self._tip_cache = new
 
     def _insert_meta(self, cur: Any, version: int, prev: str, head: int, meta_json: str) -> None:
         at = datetime.now(UTC).isoformat()

@@ -14,7 +14,7 @@ Records cannot be updated or deleted through SQL (triggers refuse it), and the h
 plus the cached tip make edits made around the triggers visible to :meth:`verify`, which
 runs whenever a ledger is opened.
 
-Example:
+Examples:
     >>> import tempfile, os
     >>> from dpaccount.costs import Budget
     >>> from dpaccount.records import LedgerMeta
