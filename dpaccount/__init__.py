@@ -13,6 +13,12 @@ Examples:
 
 from dpaccount import aggregates
 from dpaccount.accountant import Accountant
+from dpaccount.accounting import (
+    PrivacyLossDistribution,
+    calibrate_dpsgd_noise,
+    dpsgd_epsilon,
+    dpsgd_step_charge,
+)
 from dpaccount.charges import (
     GaussianCharge,
     LaplaceCharge,
@@ -70,6 +76,7 @@ __all__ = [
     "Mechanism",
     "Parallel",
     "PrivacyCost",
+    "PrivacyLossDistribution",
     "RandomSource",
     "RandomizedResponseMechanism",
     "Relation",
@@ -80,5 +87,8 @@ __all__ = [
     "UnsupportedChargeError",
     "__version__",
     "aggregates",
+    "calibrate_dpsgd_noise",
+    "dpsgd_epsilon",
+    "dpsgd_step_charge",
     "open_ledger",
 ]

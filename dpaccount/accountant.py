@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from dpaccount._numeric import check_count
 from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
 from dpaccount.charges import Charge, Relation, cost_of, relation_of
-from dpaccount.composition import Rule, make_rule
+from dpaccount.composition import RELATION_RULES, Rule, make_rule
 from dpaccount.costs import Budget, PrivacyCost, format_number
 from dpaccount.errors import (
     BudgetExceededError,
@@ -129,6 +129,8 @@ class Accountant:
             options["plan"] = plan
         if isinstance(rule, str):
             options.setdefault("budget", self._budget)  # rules take defaults from it
+            if rule in RELATION_RULES:
+                options.setdefault("relation", self._relation)
         self._rule: Rule[Any] = make_rule(rule, **options)
         self._store: Store = store if store is not None else MemoryStore()
         self._lock = threading.RLock()

@@ -14,6 +14,7 @@ EXPECTED = {
     "UnsupportedChargeError", "__version__", "open_ledger", "ExponentialMechanism",
     "GaussianMechanism", "LaplaceMechanism", "Mechanism", "RandomSource",
     "BLRMechanism", "EllipticalGaussianMechanism", "RandomizedResponseMechanism", "aggregates",
+    "PrivacyLossDistribution", "calibrate_dpsgd_noise", "dpsgd_epsilon", "dpsgd_step_charge",
 }
 
 

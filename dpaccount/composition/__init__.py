@@ -7,6 +7,9 @@
 | ``advanced`` | adaptive mechanisms, fixed plan | Dwork-Roth 2014 Thm 3.20 |
 | ``heterogeneous`` | adaptive mechanisms, fixed plan | Kairouz-Oh-Viswanath 2015 Thm 3.5 |
 | ``optimal`` | adaptive mechanisms, fixed plan | Kairouz-Oh-Viswanath 2015 Thm 3.3 |
+| ``pld`` | adaptive mechanisms, fixed plan | privacy loss distributions (Dong-Roth-Su 2019) |
+| ``rdp`` | fully adaptive | Rényi filter (Feldman and Zrnic 2021) |
+| ``gdp`` | fully adaptive, Gaussian charges | Gaussian-DP filter (Smith and Thakurta 2022) |
 | ``best`` | the declared adaptivity | the tightest of the above that is valid for it |
 
 Tight accounting for Gaussian, Laplace and subsampled mechanisms lives in
@@ -40,6 +43,7 @@ from dpaccount.errors import ConfigError
 
 __all__ = [
     "COMPOSE_RULES",
+    "RELATION_RULES",
     "RULES",
     "Adaptivity",
     "AdvancedRule",
@@ -66,9 +70,37 @@ __all__ = [
     "subsample",
 ]
 
+def _pld_rule(**options: Any) -> Rule[Any]:
+    from dpaccount.accounting.pld import PLDRule
+
+    return PLDRule(**options)
+
+
+def _rdp_rule(**options: Any) -> Rule[Any]:
+    from dpaccount.accounting.rdp import RDPRule
+
+    return RDPRule(**options)
+
+
+def _gdp_rule(**options: Any) -> Rule[Any]:
+    from dpaccount.accounting.rdp import GDPFilterRule
+
+    return GDPFilterRule(**options)
+
+
 #: Rule factories by name. Each takes the keyword arguments its rule needs (a declared
-#: plan, a slack delta, the budget for defaults, ...).
-RULES: dict[str, Any] = {"basic": BasicRule, **REGISTRY}
+#: plan, a slack delta, the budget for defaults, the relation, ...). The tight engines
+#: of :mod:`dpaccount.accounting` are imported when first used.
+RULES: dict[str, Any] = {
+    "basic": BasicRule,
+    **REGISTRY,
+    "pld": _pld_rule,
+    "rdp": _rdp_rule,
+    "gdp": _gdp_rule,
+}
+
+#: Rules that take the ledger's neighbouring relation.
+RELATION_RULES = frozenset({"best", "pld", "rdp"})
 
 
 def register_rule(name: str, factory: Any) -> None:

@@ -25,10 +25,11 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from dpaccount._numeric import ZERO, check_count
-from dpaccount.charges import Repeated
+from dpaccount.charges import Relation, Repeated
 from dpaccount.composition.advanced import (
     THEOREM_ADAPTIVE,
     THEOREM_ADVANCED,
@@ -85,7 +86,9 @@ def _as_budget(value: Any) -> Budget:
     return Budget(value)
 
 
-def _candidates(adaptivity: Adaptivity, plan: Plan | None, budget: Budget) -> list[Rule[Any]]:
+def _candidates(
+    adaptivity: Adaptivity, plan: Plan | None, budget: Budget, relation: Relation
+) -> list[Rule[Any]]:
     rules: list[Rule[Any]] = [BasicRule()]
     plan_delta = sum((c.delta * n for c, n in plan.runs), ZERO) if plan else ZERO
     if budget.delta > 0:
@@ -101,6 +104,13 @@ def _candidates(adaptivity: Adaptivity, plan: Plan | None, budget: Budget) -> li
             rules.append(build(plan=plan, budget=budget))
         except (ConfigError, InvalidCostError):
             continue
+    # The privacy-loss-distribution engine composes the declared plan numerically; it is
+    # at least as tight as optimal composition on (epsilon, delta) plans and much tighter
+    # for Gaussian, Laplace and subsampled charges.
+    from dpaccount.accounting.pld import PLDRule
+
+    with contextlib.suppress(ConfigError, InvalidCostError, UnsupportedChargeError):
+        rules.append(PLDRule(plan=plan, budget=budget, relation=relation))
     return rules
 
 
@@ -137,6 +147,7 @@ def best_rule(
     adaptivity: Any = None,
     plan: Any = None,
     budget: Any = None,
+    relation: Relation | str = Relation.ADD_REMOVE,
 ) -> Rule[Any]:
     """The tightest rule proven for ``adaptivity``, chosen for ``budget`` (and ``plan``).
 
@@ -153,6 +164,7 @@ def best_rule(
         plan: The declared plan (``(cost, k)``, a list of costs, or a Plan); required
             for the fixed-plan rules to be considered.
         budget: The ledger's budget (required).
+        relation: The ledger's neighbouring relation (for the PLD engine).
 
     Returns:
         A rule instance; its ``name`` and ``theorem`` record the choice.
@@ -166,8 +178,17 @@ def best_rule(
         )
     level = _as_adaptivity(adaptivity)
     the_budget = _as_budget(budget)
-    the_plan = as_plan(plan) if plan is not None else None
-    rules = _candidates(level, the_plan, the_budget)
+    try:
+        the_plan = as_plan(plan) if plan is not None else None
+    except ConfigError:
+        # A plan of mechanism charges (Gaussian, Laplace, subsampled) rather than
+        # (epsilon, delta) costs: only the PLD engine reads it.
+        if level is Adaptivity.FULLY_ADAPTIVE:
+            raise
+        from dpaccount.accounting.pld import PLDRule
+
+        return PLDRule(plan=plan, budget=the_budget, relation=Relation(relation))
+    rules = _candidates(level, the_plan, the_budget, Relation(relation))
     if the_plan is None:
         return rules[-1]
     best: tuple[int, Any, int] | None = None

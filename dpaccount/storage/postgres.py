@@ -23,10 +23,19 @@ How an append is made durable is chosen with ``commit``:
     synchronous transaction that writes one WAL record, a transactional
     ``pg_logical_emit_message``) commits. Its commit flushes the WAL up to its own commit
     record, hence up to and including the append's, which precedes it. Writers waiting
-    on barriers at the same time share one WAL flush (group commit). The conditional
-    append, its commit and the barrier travel in one pipelined round trip.
+    on barriers at the same time share one WAL flush (group commit). Each charge costs
+    one extra transaction id and a WAL record of a few dozen bytes; logical decoding
+    consumers see (and may ignore) messages with the prefix ``dpaccount``.
 ``"sync"``
     the append transaction commits synchronously while holding the row lock.
+
+With ``"conditional"`` locking, an append is a single statement (a CTE updates the
+ledger row ``WHERE head = n AND last_hash = h`` and inserts the record from it), sent
+with its commit(s) as one multi-statement query: one round trip, whose last statement
+reads, in a fresh snapshot, the records from ``seq`` on. After a lost race those are the
+winners' records, which then answer the accountant's catch-up (:meth:`head`,
+:meth:`read`) without another round trip; after a win, the records appended since let
+the next charge start from a fresh tip.
 
 Either way the append is flushed to the WAL (under the session's ``synchronous_commit``,
 raised to ``on`` if the server default is ``off``) before ``append()`` returns, so no
@@ -195,33 +204,42 @@ class PostgresStore:
         self.lock_timeout = float(lock_timeout)
         self._conninfo = conninfo
         self._s = f'"{schema}"'
+        # Prepared once per connection (see _prepare), run from one multi-statement
+        # query per append: ($1 name, $2 seq, $3 prev, $4 head, $5 hash, $6 eps,
+        # $7 delta, $8 payload, $9 query_id).
+        self._prepare_sql = {
+            "dpaccount_append": "(text, bigint, text, bigint, text, text, text, text, text) AS "
+            f"WITH u AS (UPDATE {self._s}.ledgers SET head = $4, last_hash = $5, "
+            "epsilon_sum = $6, delta_sum = $7 WHERE name = $1 AND head = $2 AND last_hash = $3 "
+            f"RETURNING name) INSERT INTO {self._s}.records SELECT name, $2, $8, $3, $5, $9 "
+            "FROM u",
+            # Writes one WAL record (so its commit must flush) only if our record is stored.
+            "dpaccount_barrier": "(text, bigint, text) AS SELECT pg_logical_emit_message(true, "
+            f"'dpaccount', '') FROM {self._s}.records "
+            "WHERE ledger = $1 AND seq = $2 AND hash = $3",
+            # The records from seq on, in a fresh snapshot taken after the commits: ours
+            # first if we won, else the winners'.
+            "dpaccount_since": f"(text, bigint) AS SELECT {_RECORD_COLUMNS} FROM "
+            f"{self._s}.records WHERE ledger = $1 AND seq >= $2 ORDER BY seq",
+        }
         append = (
-            f"WITH u AS (UPDATE {self._s}.ledgers SET head = %(head)s, last_hash = %(hash)s, "
-            "epsilon_sum = %(eps)s, delta_sum = %(delta)s "
-            "WHERE name = %(name)s AND head = %(seq)s AND last_hash = %(prev)s RETURNING name) "
-            f"INSERT INTO {self._s}.records SELECT name, %(seq)s, %(payload)s, %(prev)s, "
-            "%(hash)s, %(qid)s FROM u"
+            "EXECUTE dpaccount_append(%(name)s, %(seq)s, %(prev)s, %(head)s, %(hash)s, "
+            "%(eps)s, %(delta)s, %(payload)s, %(qid)s)"
         )
-        mine = (
-            f"SELECT 1 FROM {self._s}.records "
-            "WHERE ledger = %(name)s AND seq = %(seq)s AND hash = %(hash)s"
-        )
-        # Writes one WAL record (so its commit must flush) only if our record is stored.
-        barrier = f"SELECT pg_logical_emit_message(true, 'dpaccount', '') FROM ({mine}) m"
-        # Read in a fresh snapshot after the commits: the records from ours on (ours
-        # first if we won, else the winners'), so the next decision starts up to date.
-        since = (
-            f"SELECT {_RECORD_COLUMNS} FROM {self._s}.records "
-            "WHERE ledger = %(name)s AND seq >= %(seq)s ORDER BY seq"
-        )
+        barrier = "EXECUTE dpaccount_barrier(%(name)s, %(seq)s, %(hash)s)"
+        since = "EXECUTE dpaccount_since(%(name)s, %(seq)s)"
         #: The statements of one append, sent as one simple query (one round trip); the
-        #: results come back in this order.
+        #: results come back in this order. ("sync" is one implicit transaction.)
         self._sql_append = {
             "group": "BEGIN; SET LOCAL synchronous_commit = off; "
             f"{append}; COMMIT; BEGIN; {barrier}; COMMIT; {since}",
-            "sync": f"BEGIN; {append}; COMMIT; {since}",
+            "sync": f"{append}; {since}",
         }
-        self._sql_barrier = barrier
+        self._prepared_on: Any = None
+        self._sql_barrier = (
+            f"SELECT pg_logical_emit_message(true, 'dpaccount', '') FROM {self._s}.records "
+            "WHERE ledger = %(name)s AND seq = %(seq)s AND hash = %(hash)s"
+        )
         #: (when, start, records): records with seq >= start, read ``when``.
         self._prefetch: tuple[float, int, list[LedgerRecord]] | None = None
         self._lock = threading.RLock()
@@ -576,12 +594,14 @@ class PostgresStore:
                 f"expected {tip.head} records: another writer appended first"
             )
 
-    def _append_round_trip(self, conn: Any, params: dict[str, Any]) -> list[RecordRow] | None:
+    def _append_round_trip(
+        self, conn: Any, params: dict[str, Any]
+    ) -> tuple[bool, list[RecordRow]]:
         """Run one append's statements in one round trip (see ``_sql_append``).
 
         ``"group"``: ``BEGIN``, ``SET LOCAL synchronous_commit = off``, the
         compare-and-append statement, ``COMMIT`` (the row lock is released here, before
-        any flush), then the barrier, whose transaction writes a WAL record only if our
+        any flush), then the barrier transaction, which writes a WAL record only if our
         record is stored, so its synchronous commit flushes the WAL through the append's
         commit record (after a lost race it writes nothing and costs no flush).
         ``"sync"``: the append commits synchronously, holding the row lock meanwhile.
@@ -591,24 +611,41 @@ class PostgresStore:
             Whether the record was appended (and is durable), and the rows read last
             (starting with our own record if it was appended).
         """
+        if self._prepared_on is not conn:
+            for name, sql in self._prepare_sql.items():
+                conn.execute(f"PREPARE {name} {sql}")
+            self._prepared_on = conn
         cur = self._pg.ClientCursor(conn)
         try:
             cur.execute(self._sql_append[self.commit], params)
         except self._pg.Error:
             self._rollback(conn)
             raise
-        appended = barrier = False
-        rows: list[RecordRow] = []
+        appended = False
+        selects: list[list[RecordRow]] = []
         while True:
             status = cur.statusmessage or ""
             if status.startswith("INSERT"):
                 appended = cur.rowcount == 1
             elif status.startswith("SELECT"):
-                rows = cur.fetchall()
-                barrier = barrier or (appended and cur.pgresult.ntuples == 1 and not rows[0][1:])
+                selects.append(cur.fetchall())
             if not cur.nextset():
                 break
+        rows = selects[-1] if selects else []
+        barrier_ok = self.commit == "sync" or len(selects[0]) == 1
+        if appended and (not barrier_ok or not rows or rows[0][3] != params["hash"]):
+            raise StorageError(
+                f"ledger {self.name!r}: record {params['seq']} was not found after its "
+                "commit; the charge is refused"
+            )
         return appended, rows
+
+    def _fresh_prefetch(self) -> tuple[int, list[LedgerRecord]] | None:
+        """The records the last append brought back, if they are recent enough."""
+        prefetch = self._prefetch
+        if prefetch is None or time.monotonic() - prefetch[0] > _PREFETCH_SECONDS:
+            return None
+        return prefetch[1], prefetch[2]
 
     def _barrier(self, record_hash: str, seq: int) -> None:
         """Wait until the append of record ``seq`` is flushed (see ``_append_round_trip``)."""

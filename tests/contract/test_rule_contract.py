@@ -187,3 +187,92 @@ class TestHeterogeneousPlan(FixedPlanContract):
 class TestOptimalPlan(FixedPlanContract):
     def make(self) -> Rule[Any]:
         return OptimalRule(plan=PLAN, budget=BUDGET)
+
+
+# -- the tight engines of dpaccount.accounting ---------------------------------------
+
+class TestPLDRule(RuleContract):
+    fixed_plan = True
+
+    def make(self) -> Rule[Any]:
+        from dpaccount.accounting import PLDRule
+
+        return PLDRule(plan=PLAN, budget=BUDGET)
+
+    def test_remaining_is_admitted(self) -> None:
+        rule = self.make()
+        with pytest.raises(UnsupportedChargeError):  # only planned charges are accepted
+            rule.remaining(rule.start(), BUDGET, 5)
+
+
+class TestPLDPlan(FixedPlanContract):
+    def make(self) -> Rule[Any]:
+        from dpaccount.accounting import PLDRule
+
+        return PLDRule(plan=PLAN, budget=BUDGET)
+
+    def test_refuses_more_than_planned(self) -> None:
+        rule = self.make()
+        with pytest.raises(UnsupportedChargeError):
+            rule.extend(rule.start(), PrivacyCost("0.02"))
+
+    def test_refuses_past_the_end(self) -> None:
+        rule = self.make()
+        state = rule.extend(rule.start(), Repeated(UNIT, 500))
+        with pytest.raises(UnsupportedChargeError):
+            rule.extend(state, UNIT)
+
+
+class TestRDPFilterRule(RuleContract):
+    def make(self) -> Rule[Any]:
+        from dpaccount.accounting import RDPRule
+
+        return RDPRule(budget=BUDGET)
+
+    def test_declares_full_adaptivity(self) -> None:
+        assert self.make().adaptivity is Adaptivity.FULLY_ADAPTIVE
+
+
+class TestRDPCompositionRule(RuleContract):
+    def make(self) -> Rule[Any]:
+        from dpaccount.accounting import RDPRule
+
+        return RDPRule(budget=BUDGET, adaptive=False)
+
+
+class TestGDPFilterRule(RuleContract):
+    def make(self) -> Rule[Any]:
+        from dpaccount.accounting import GDPFilterRule
+
+        return GDPFilterRule(budget=BUDGET)
+
+    @property
+    def unit(self) -> Any:  # type: ignore[override]
+        from dpaccount.charges import GaussianCharge
+
+        return GaussianCharge(sigma=100, sensitivity=1, epsilon="0.01")
+
+    def test_never_more_than_basic_for_fixed_plans(self) -> None:
+        # Replaced for Gaussian charges: the total is the Gaussian-DP closed form of
+        # mu = sqrt(n) / sigma (Dong, Roth and Su 2019, Cor. 2.13), solved here by brentq.
+        import math
+
+        from scipy.optimize import brentq
+        from scipy.stats import norm
+
+        rule = self.make()
+        state = rule.extend(rule.start(), Repeated(self.unit, 40))
+        mu = math.sqrt(40) / 100
+
+        def excess(eps: float) -> float:
+            curve = norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+            return float(curve) - 1e-5
+
+        expected = brentq(excess, 1e-9, 50, xtol=1e-14)
+        got = float(rule.total(state).epsilon)
+        assert expected <= got <= expected * (1 + 1e-6)
+
+    def test_remaining_is_admitted(self) -> None:
+        rule = self.make()
+        with pytest.raises(UnsupportedChargeError):  # it takes Gaussian charges only
+            rule.extend(rule.start(), PrivacyCost("0.01"))

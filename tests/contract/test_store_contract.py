@@ -379,13 +379,15 @@ class TestPostgresStore(DurableContract):
             self.raw("TRUNCATE {s}records")
         assert store.head() == 2
 
+    @pytest.mark.parametrize("commit", ["group", "sync"])
     @pytest.mark.parametrize("locking", ["row", "serializable"])
-    def test_other_locking_modes_pass_the_basics(self, locking: str) -> None:
+    def test_other_locking_modes_pass_the_basics(self, locking: str, commit: str) -> None:
         from storage_helpers import PG_URL
 
         from dpaccount.storage.postgres import PostgresStore
 
-        s = PostgresStore(PG_URL, name="lk", schema=self.schema, locking=locking)  # type: ignore[arg-type]
+        s = PostgresStore(PG_URL, name="lk", schema=self.schema, locking=locking,  # type: ignore[arg-type]
+                          commit=commit)  # type: ignore[arg-type]
         s.initialize(META.model_copy(update={"name": "lk"}))
         s.append(0, rec(0, query_id="a"))
         with pytest.raises(LedgerConflictError):
@@ -396,3 +398,111 @@ class TestPostgresStore(DurableContract):
         assert [r.seq for r in s.read()] == [0, 1]
         assert s.verify().head == 2
         s.close()
+
+
+class TestPostgresStoreSyncCommit(TestPostgresStore):
+    """The whole contract again with ``commit="sync"``."""
+
+    @pytest.fixture
+    def opener(self) -> Callable[[str], Store]:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+
+        return lambda name: PostgresStore(PG_URL, name=name, schema=self.schema, commit="sync")
+
+
+class TestPostgresGroupCommit:
+    """What ``PostgresStore`` adds beyond the contract: commit modes, lost races."""
+
+    @pytest.fixture(autouse=True)
+    def _schema(self) -> Iterator[None]:
+        for schema in pg_schema():
+            self.schema = schema
+            yield
+
+    def test_unknown_commit_mode_is_a_config_error(self) -> None:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+
+        with pytest.raises(ConfigError, match="commit mode"):
+            PostgresStore(PG_URL, name="x", schema=self.schema, commit="later")  # type: ignore[arg-type]
+
+    def test_a_lost_race_brings_back_the_winners_records(self) -> None:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+
+        a = PostgresStore(PG_URL, name="main", schema=self.schema)
+        b = PostgresStore(PG_URL, name="main", schema=self.schema)
+        a.initialize(META)
+        b.initialize(META)
+        b.append(0, rec(0))  # b now believes the head is 1
+        a.read()
+        a.append(1, rec(1, "1/5", query_id="a1"))
+        with pytest.raises(LedgerConflictError):
+            b.append(1, rec(1, "1/3"))  # stale: loses the compare-and-append
+        assert b.head() == 2
+        winners = b.read(1)
+        assert [(r.seq, r.query_id, r.cost.epsilon) for r in winners] == [
+            (1, "a1", Fraction(1, 5))
+        ]
+        b.append(2, rec(2, "1/3"))  # folded in: the retry goes through
+        tip = a.verify()
+        assert tip.head == 3
+        assert tip.epsilon_sum == Fraction(1, 10) + Fraction(1, 5) + Fraction(1, 3)
+        a.close()
+        b.close()
+
+    def test_group_commit_barrier_flushes_an_earlier_asynchronous_commit(self) -> None:
+        """The facts the ``group`` commit mode rests on, checked on the live server.
+
+        An asynchronous commit is visible to other sessions at once; the store's barrier
+        (a synchronous transaction writing one WAL record) returns only once the WAL is
+        flushed past a point taken right after that asynchronous commit.
+        """
+        import psycopg
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+
+        store = PostgresStore(PG_URL, name="main", schema=self.schema)
+        assert store.commit == "group"  # the default
+        store.initialize(META)
+        store.append(0, rec(0))
+        last = store.read()[-1]
+        s = f'"{self.schema}"'
+        with psycopg.connect(PG_URL, autocommit=True) as conn, \
+                psycopg.connect(PG_URL, autocommit=True) as other:
+            conn.execute(f"CREATE TABLE {s}.scratch (n integer)")
+            for n in range(20):
+                conn.execute("BEGIN")
+                conn.execute("SET LOCAL synchronous_commit = off")
+                conn.execute(f"INSERT INTO {s}.scratch VALUES (%s)", (n,))
+                conn.execute("COMMIT")
+                after_commit = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()
+                assert after_commit is not None
+                seen = other.execute(f"SELECT count(*) FROM {s}.scratch").fetchone()
+                assert seen is not None and seen[0] == n + 1  # visible before any flush
+                params = {"name": store.name, "seq": last.seq,
+                          "hash": self._hash_of(conn, s, last.seq)}
+                conn.execute("BEGIN")
+                wrote = conn.execute(store._sql_barrier, params).fetchall()
+                conn.execute("COMMIT")
+                assert len(wrote) == 1  # the barrier wrote its WAL record
+                flushed = conn.execute(
+                    "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (after_commit[0],)
+                ).fetchone()
+                assert flushed is not None and flushed[0] is True
+        store.close()
+
+    @staticmethod
+    def _hash_of(conn: Any, s: str, seq: int) -> str:
+        row = conn.execute(
+            f"SELECT hash FROM {s}.records WHERE ledger = 'main' AND seq = %s", (seq,)
+        ).fetchone()
+        assert row is not None
+        return str(row[0])
+
+
