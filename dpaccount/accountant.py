@@ -43,13 +43,48 @@ from dpaccount.records import LedgerMeta, LedgerRecord
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore
 
-__all__ = ["Accountant"]
+__all__ = ["Accountant", "ledger_settings"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: How many times a charge is retried after losing a compare-and-append race before the
 #: store's conflict is reported. Each retry folds in the winners' records first.
 _MAX_CONFLICT_RETRIES = 10_000
+
+
+def ledger_settings(
+    name: str,
+    budget: Budget,
+    rule: str | Rule[Any],
+    relation: Relation | str,
+    plan: Any,
+    rule_options: Mapping[str, Any] | None,
+    dataset_size: int | None,
+) -> tuple[Rule[Any], LedgerMeta]:
+    """Build a ledger's rule and the metadata stored with it (and compared on open).
+
+    Named rules get the budget (for their defaults) and, where they use it, the
+    relation; a declared plan is passed as ``plan``.
+
+    Raises:
+        ConfigError: Unknown rule or relation, or options the rule does not take.
+    """
+    try:
+        the_relation = Relation(relation)
+    except ValueError:
+        raise ConfigError(
+            f"unknown relation {relation!r}; use 'add_remove' or 'substitution'"
+        ) from None
+    options = dict(rule_options or {})
+    if plan is not None:
+        options["plan"] = plan
+    if isinstance(rule, str):
+        options.setdefault("budget", budget)  # rules take defaults from it
+        if rule in RELATION_RULES:
+            options.setdefault("relation", the_relation)
+    the_rule = make_rule(rule, **options)
+    meta = LedgerMeta.build(name, budget, the_rule.describe(), the_relation, dataset_size)
+    return the_rule, meta
 
 
 def _as_budget(budget: Any) -> Budget:
@@ -118,33 +153,21 @@ class Accountant:
                     DeltaWarning,
                     stacklevel=2,
                 )
-        try:
-            self._relation = Relation(relation)
-        except ValueError:
-            raise ConfigError(
-                f"unknown relation {relation!r}; use 'add_remove' or 'substitution'"
-            ) from None
-        options = dict(rule_options or {})
-        if plan is not None:
-            options["plan"] = plan
-        if isinstance(rule, str):
-            options.setdefault("budget", self._budget)  # rules take defaults from it
-            if rule in RELATION_RULES:
-                options.setdefault("relation", self._relation)
-        self._rule: Rule[Any] = make_rule(rule, **options)
+        self._rule, meta = ledger_settings(
+            name, self._budget, rule, relation, plan, rule_options, dataset_size
+        )
+        self._relation = meta.relation
         self._store: Store = store if store is not None else MemoryStore()
         self._lock = threading.RLock()
-        meta = LedgerMeta.build(
-            name, self._budget, self._rule.describe(), self._relation, dataset_size
-        )
         stored = self._store.initialize(meta)
         if stored != meta:
             raise ConfigError(
                 f"ledger {name!r} was created with budget {stored.budget}, rule "
-                f"{stored.rule}, relation {stored.relation.value}; this accountant asks "
-                f"for budget {self._budget}, rule {meta.rule}, relation "
-                f"{self._relation.value}. Open it with the stored settings (or migrate "
-                "it explicitly)."
+                f"{stored.rule}, relation {stored.relation.value}, dataset size "
+                f"{stored.dataset_size}; this accountant asks for budget {self._budget}, "
+                f"rule {meta.rule}, relation {self._relation.value}, dataset size "
+                f"{meta.dataset_size}. Open it with the stored settings (or migrate it "
+                "explicitly)."
             )
         self._meta = stored
         self._state: Any = self._rule.start()

@@ -33,11 +33,10 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from dpaccount.accountant import Accountant, _as_budget
+from dpaccount.accountant import Accountant, _as_budget, ledger_settings
 from dpaccount.charges import Relation
-from dpaccount.composition import Rule, make_rule
+from dpaccount.composition import Rule
 from dpaccount.errors import ConfigError
-from dpaccount.records import LedgerMeta
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore
 
@@ -121,6 +120,7 @@ def open_ledger(
     plan: Any = None,
     migrate: bool = False,
     rule_options: Mapping[str, Any] | None = None,
+    dataset_size: int | None = None,
 ) -> Accountant:
     """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
 
@@ -138,6 +138,7 @@ def open_ledger(
         plan: A declared plan, for fixed-plan rules.
         migrate: Record an explicit migration if the stored settings differ.
         rule_options: Further keyword arguments for the rule.
+        dataset_size: The number of records n, if declared (total delta stays < 1/n).
 
     Returns:
         An :class:`~dpaccount.accountant.Accountant` whose store is the opened ledger.
@@ -150,15 +151,8 @@ def open_ledger(
     store = open_store(url, name=name)
     try:
         if migrate and not isinstance(store, MemoryStore):
-            options = dict(rule_options or {})
-            if plan is not None:
-                options["plan"] = plan
-            try:
-                rel = Relation(relation)
-            except ValueError:
-                raise ConfigError(f"unknown relation {relation!r}") from None
-            meta = LedgerMeta.build(
-                name, _as_budget(budget), make_rule(rule, **options).describe(), rel
+            _, meta = ledger_settings(
+                name, _as_budget(budget), rule, relation, plan, rule_options, dataset_size
             )
             migrate_to = getattr(store, "migrate", None)
             if migrate_to is None:
@@ -173,8 +167,8 @@ def open_ledger(
             name=name,
             plan=plan,
             rule_options=rule_options,
+            dataset_size=dataset_size,
         )
     except BaseException:
         store.close()
         raise
-

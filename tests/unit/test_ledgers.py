@@ -164,3 +164,25 @@ def test_report_without_matplotlib_names_the_extra(
 
 def test_store_error_is_not_a_conflict() -> None:
     assert not issubclass(StorageError, ConfigError)
+
+
+def test_migration_to_a_rule_with_budget_defaults(tmp_path: Path) -> None:
+    # The filter rule takes its delta slack from the budget: the migrated settings must
+    # be built exactly as the accountant builds them, or the reopen would be refused.
+    from dpaccount import Budget, PrivacyCost, open_ledger
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    budget = Budget(1, "1e-5")
+    first = open_ledger(url, name="d", budget=budget)
+    first.charge(PrivacyCost("0.25"))
+    first.store.close()
+    moved = open_ledger(url, name="d", budget=budget, rule="filter", migrate=True)
+    assert moved.rule.name == "filter" and len(moved.records) == 1
+    moved.store.close()
+    again = open_ledger(url, name="d", budget=budget, rule="filter")
+    assert again.rule.name == "filter"
+    again.store.close()
+    from dpaccount import ConfigError
+
+    with pytest.raises(ConfigError, match="stored settings"):  # n is a stored setting too
+        open_ledger(url, name="d", budget=budget, rule="filter", dataset_size=1000)
