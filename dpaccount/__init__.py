@@ -20,6 +20,8 @@ from dpaccount.accounting import (
     dpsgd_step_charge,
 )
 from dpaccount.charges import (
+    DiscreteGaussianCharge,
+    DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
     Parallel,
@@ -62,6 +64,8 @@ __all__ = [
     "BudgetExceededError",
     "ConfigError",
     "DPAccountError",
+    "DiscreteGaussianCharge",
+    "DiscreteLaplaceCharge",
     "DuplicateQueryError",
     "EllipticalGaussianMechanism",
     "ExponentialMechanism",

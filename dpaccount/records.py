@@ -20,6 +20,8 @@ import pydantic
 
 from dpaccount.charges import (
     Charge,
+    DiscreteGaussianCharge,
+    DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
     Parallel,
@@ -115,6 +117,26 @@ class GaussianModel(_Strict):
     epsilon: Exact
 
 
+class DiscreteLaplaceModel(_Strict):
+    """Serialised :class:`~dpaccount.charges.DiscreteLaplaceCharge`."""
+
+    kind: Literal["discrete_laplace"] = "discrete_laplace"
+    scale: Exact
+    sensitivity: Exact
+    dimension: int = pydantic.Field(default=1, ge=1)
+
+
+class DiscreteGaussianModel(_Strict):
+    """Serialised :class:`~dpaccount.charges.DiscreteGaussianCharge`."""
+
+    kind: Literal["discrete_gaussian"] = "discrete_gaussian"
+    sigma: Exact
+    sensitivity: Exact
+    epsilon: Exact
+    delta: Exact
+    dimension: int = pydantic.Field(default=1, ge=1)
+
+
 class SubsampledModel(_Strict):
     """Serialised :class:`~dpaccount.charges.Subsampled`."""
 
@@ -141,7 +163,14 @@ class RepeatedModel(_Strict):
 
 
 ChargeModel = Annotated[
-    CostModel | LaplaceModel | GaussianModel | SubsampledModel | ParallelModel | RepeatedModel,
+    CostModel
+    | LaplaceModel
+    | GaussianModel
+    | DiscreteLaplaceModel
+    | DiscreteGaussianModel
+    | SubsampledModel
+    | ParallelModel
+    | RepeatedModel,
     pydantic.Field(discriminator="kind"),
 ]
 
@@ -222,6 +251,20 @@ def encode_charge(charge: Charge) -> ChargeModel:
             sensitivity=_frac(charge.sensitivity),
             epsilon=_frac(charge.epsilon),
         )
+    if isinstance(charge, DiscreteLaplaceCharge):
+        return DiscreteLaplaceModel(
+            scale=_frac(charge.scale),
+            sensitivity=_frac(charge.sensitivity),
+            dimension=charge.dimension,
+        )
+    if isinstance(charge, DiscreteGaussianCharge):
+        return DiscreteGaussianModel(
+            sigma=_frac(charge.sigma),
+            sensitivity=_frac(charge.sensitivity),
+            epsilon=_frac(charge.epsilon),
+            delta=_frac(charge.delta),
+            dimension=charge.dimension,
+        )
     if isinstance(charge, Subsampled):
         return SubsampledModel(
             charge=encode_charge(charge.charge), rate=_frac(charge.rate), scheme=charge.scheme
@@ -244,6 +287,18 @@ def decode_charge(model: ChargeModel) -> Charge:
     if isinstance(model, GaussianModel):
         return GaussianCharge(
             _unfrac(model.sigma), _unfrac(model.sensitivity), _unfrac(model.epsilon)
+        )
+    if isinstance(model, DiscreteLaplaceModel):
+        return DiscreteLaplaceCharge(
+            _unfrac(model.scale), _unfrac(model.sensitivity), model.dimension
+        )
+    if isinstance(model, DiscreteGaussianModel):
+        return DiscreteGaussianCharge(
+            _unfrac(model.sigma),
+            _unfrac(model.sensitivity),
+            _unfrac(model.epsilon),
+            _unfrac(model.delta),
+            model.dimension,
         )
     if isinstance(model, SubsampledModel):
         return Subsampled(decode_charge(model.charge), _unfrac(model.rate), model.scheme)

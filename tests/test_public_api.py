@@ -14,7 +14,8 @@ EXPECTED = {
     "UnsupportedChargeError", "__version__", "open_ledger", "ExponentialMechanism",
     "GaussianMechanism", "LaplaceMechanism", "Mechanism", "RandomSource",
     "BLRMechanism", "EllipticalGaussianMechanism", "RandomizedResponseMechanism", "aggregates",
-    "PrivacyLossDistribution", "calibrate_dpsgd_noise", "dpsgd_epsilon", "dpsgd_step_charge",
+    "PrivacyLossDistribution", "calibrate_dpsgd_noise", "DiscreteGaussianCharge",
+    "DiscreteLaplaceCharge", "dpsgd_epsilon", "dpsgd_step_charge",
 }
 
 

@@ -29,11 +29,16 @@ floor((sensitivity / g + sqrt(d))²)`` (computed upward).
 
 **Calibration.** ``sigma`` is first set by the chosen continuous calibration at the
 lattice sensitivity (``S * g``; ``S2 * g`` for vectors), then raised, if needed, until
-the discrete guarantee above is within the requested (epsilon, delta). The charge is
-``PrivacyCost(epsilon, delta_charged)`` with ``delta_charged <= delta``, the sampler's
-proven bound. (A :class:`~dpaccount.charges.GaussianCharge` is not used: tight engines
-read it as continuous Gaussian noise, and the discrete profile is not proven to be
-dominated by the continuous one.)
+the discrete guarantee above is within the requested (epsilon, delta). The lattice
+sigma s = sigma / g is rounded up to 26 significant bits, so that s² (the sampler's
+parameter) is exact. The charge is a
+:class:`~dpaccount.charges.DiscreteGaussianCharge` ``(s, S, epsilon, delta_charged,
+dimension)`` whose cost is ``PrivacyCost(epsilon, delta_charged)`` with
+``delta_charged <= delta``, the sampler's proven bound; tight engines read s and S
+(Renyi DP, and the exact discrete PLD for a scalar). (A
+:class:`~dpaccount.charges.GaussianCharge` is not used: tight engines read it as
+continuous Gaussian noise, and the discrete profile is not proven to be dominated by
+the continuous one.)
 
 Calibrations (each refuses parameters outside its proof):
 
@@ -67,7 +72,7 @@ from dpaccount._numeric import (
     gaussian_delta_up,
     up,
 )
-from dpaccount.costs import PrivacyCost
+from dpaccount.charges import DiscreteGaussianCharge
 from dpaccount.errors import ConfigError, InvalidCostError
 from dpaccount.mechanisms._sampling import (
     RandomSource,
@@ -330,6 +335,19 @@ def continuous_sigma(
 # ---------------------------------------------------------------------------------------
 
 
+def _coarse_up(x: float) -> float:
+    """The smallest float >= x with at most 26 significant bits (its square is exact).
+
+    Examples:
+        >>> _coarse_up(1.0), _coarse_up(3.0) ** 2
+        (1.0, 9.0)
+        >>> y = _coarse_up(math.pi); y >= math.pi and (y * y) == float(Fraction(y) ** 2)
+        True
+    """
+    mantissa, exponent = math.frexp(x)
+    return math.ldexp(math.ceil(math.ldexp(mantissa, 26)), exponent - 26)
+
+
 class GaussianMechanism(Mechanism):
     """Discrete Gaussian noise on a lattice for an L2-sensitivity query.
 
@@ -360,6 +378,8 @@ class GaussianMechanism(Mechanism):
         True
         >>> m.charge.epsilon, m.charge.delta <= Fraction(1, 100000)
         (Fraction(1, 1), True)
+        >>> m.charge.sigma ** 2 == m.lattice_sigma2, m.charge.sensitivity   # S = 256 + 1
+        (True, Fraction(257, 1))
         >>> isinstance(m.release(10.0), float)
         True
     """
@@ -465,12 +485,18 @@ class GaussianMechanism(Mechanism):
         n = int(self._shift2)
         return (math.isqrt(n - 1) + 1) * self._granularity  # ceil(sqrt(S2²)) * g
 
+    def _lattice_sigma(self, sigma: float) -> float:
+        """sigma / g rounded up to 26 significant bits, so that its square is exact."""
+        return _coarse_up(float_up(Fraction(sigma) / self._granularity))
+
     def _set_sigma(self, sigma: float) -> None:
-        # The sampler's parameter s²_σ = (sigma / g)² as an exact dyadic rational; every
-        # bound below is computed for exactly this value.
-        lattice_sigma2 = float_up((Fraction(sigma) / self._granularity) ** 2)
-        self._lattice_sigma2 = Fraction(lattice_sigma2)
-        self._sigma = float_up(Fraction(math.sqrt(lattice_sigma2)) * self._granularity)
+        # The sampler's parameter s²_σ = s² with s = sigma / g rounded up to 26 bits: s²
+        # is an exact double and an exact Fraction, so the charge can carry s itself and
+        # every bound below is computed for exactly this value.
+        s = self._lattice_sigma(sigma)
+        self._lattice_s = Fraction(s)
+        self._lattice_sigma2 = self._lattice_s**2
+        self._sigma = float_up(self._lattice_s * self._granularity)
 
     def _delta_at(self, epsilon: Fraction, lattice_sigma2: float) -> Fraction:
         if self._dimension == 1:
@@ -482,8 +508,8 @@ class GaussianMechanism(Mechanism):
         """The smallest sigma >= ``sigma`` (to ~1e-6 relative) whose discrete bound fits."""
 
         def ok(sig: float) -> bool:
-            s2 = float_up((Fraction(sig) / self._granularity) ** 2)
-            return self._delta_at(epsilon, s2) <= delta
+            s = self._lattice_sigma(sig)
+            return self._delta_at(epsilon, s * s) <= delta
 
         if ok(sigma):
             return sigma
@@ -501,8 +527,13 @@ class GaussianMechanism(Mechanism):
     # -- the interface ----------------------------------------------------------------------
 
     @property
-    def charge(self) -> PrivacyCost:
-        """``PrivacyCost(epsilon, delta)`` proven for the discrete sampler.
+    def charge(self) -> DiscreteGaussianCharge:
+        """The sampler described in lattice units, with its proven (epsilon, delta).
+
+        ``DiscreteGaussianCharge(s, S, epsilon, delta, dimension)``: s = sigma / g (the
+        sampler's exact parameter, s² = :attr:`lattice_sigma2`), S the lattice
+        sensitivity (the integer shift bound for a scalar; an upper bound on the L2 norm
+        of the integer shift for vectors); its cost is ``PrivacyCost(epsilon, delta)``.
 
         Raises:
             ConfigError: A ``from_sigma`` mechanism built without ``epsilon``/``delta``.
@@ -512,7 +543,23 @@ class GaussianMechanism(Mechanism):
                 "this mechanism was built from sigma without a point of its privacy "
                 "curve; use GaussianMechanism.from_sigma(..., epsilon=...) or delta=..."
             )
-        return PrivacyCost(*self._point)
+        return DiscreteGaussianCharge(
+            self._lattice_s,
+            self._lattice_steps(),
+            self._point[0],
+            self._point[1],
+            self._dimension,
+        )
+
+    def _lattice_steps(self) -> Fraction:
+        """The shift bound in lattice steps: S, or a dyadic >= sqrt(S2²) for vectors."""
+        if self._dimension == 1:
+            return Fraction(self._shift)
+        n = int(self._shift2)
+        root = Fraction(math.sqrt(n))
+        while root * root < n:
+            root = Fraction(math.nextafter(float(root), math.inf))
+        return root
 
     @property
     def sigma(self) -> float:

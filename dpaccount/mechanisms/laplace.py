@@ -19,12 +19,14 @@ product discrete Laplace, |y| - |y - v| <= |v| coordinate-wise (triangle inequal
 the density ratio is at most exp(S / b). The lattice scale is set to b = S / epsilon
 exactly, hence the mechanism is *exactly* the requested epsilon-DP, for any adaptivity
 (it is one mechanism; composition is the accountant's business), and the charge is
-``PrivacyCost(epsilon)``.
+``DiscreteLaplaceCharge(b, S, dimension)``, whose cost is ``PrivacyCost(epsilon)``
+exactly (S / b = epsilon).
 
 Why not a :class:`~dpaccount.charges.LaplaceCharge`: tight engines (PLD) read a
 LaplaceCharge as *continuous* Laplace noise, and the discrete Laplace is not dominated
 by it (at shift 1 its total-variation distance is tanh(epsilon/2) > 1 - exp(-epsilon/2)).
-The pure ``PrivacyCost(epsilon)`` is the sound description.
+The :class:`~dpaccount.charges.DiscreteLaplaceCharge` describes the lattice sampler
+itself, so the PLD engine can use its exact discrete privacy loss distribution.
 
 The default granularity is the largest power of two <= sensitivity / (1024 d), so the
 noise scale ``b * g`` exceeds the continuous sensitivity / epsilon by at most ~0.2 %.
@@ -40,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpaccount._numeric import check_positive, float_up
-from dpaccount.costs import PrivacyCost
+from dpaccount.charges import DiscreteLaplaceCharge
 from dpaccount.errors import InvalidCostError
 from dpaccount.mechanisms._sampling import (
     RandomSource,
@@ -82,8 +84,10 @@ class LaplaceMechanism(Mechanism):
     Examples:
         >>> from dpaccount.mechanisms._sampling import RandomSource
         >>> m = LaplaceMechanism(1, 1, rng=RandomSource.seeded(0))
-        >>> m.charge
+        >>> m.charge.cost
         PrivacyCost(epsilon=1, delta=0)
+        >>> m.charge.scale == m.lattice_scale, m.charge.sensitivity
+        (True, Fraction(1025, 1))
         >>> m.lattice_sensitivity, m.granularity      # floor(1 / 2**-10) + 1
         (1025, Fraction(1, 1024))
         >>> 1.0 < m.scale < 1.001                     # vs. continuous scale 1
@@ -115,11 +119,14 @@ class LaplaceMechanism(Mechanism):
         )
         self._lattice_scale = Fraction(self._lattice_sensitivity) / self._epsilon
         self._rng: RandomSource = resolve_rng(rng)
-        self._charge = PrivacyCost(self._epsilon)
+        self._charge = DiscreteLaplaceCharge(
+            self._lattice_scale, self._lattice_sensitivity, self._dimension
+        )
 
     @property
-    def charge(self) -> PrivacyCost:
-        """``PrivacyCost(epsilon)``: what the lattice sampler guarantees, exactly."""
+    def charge(self) -> DiscreteLaplaceCharge:
+        """``DiscreteLaplaceCharge(b, S, dimension)``, lattice units; its cost is exactly
+        ``PrivacyCost(epsilon)``."""
         return self._charge
 
     @property

@@ -76,7 +76,7 @@ def test_laplace_charge_is_exact_and_noise_never_below_continuous(
     eps: Fraction, sens: Fraction, dim: int
 ) -> None:
     m = LaplaceMechanism(eps, sens, dimension=dim)
-    assert m.charge.epsilon == eps and m.charge.delta == 0
+    assert m.charge.cost.epsilon == eps and m.charge.cost.delta == 0
     assert m.lattice_sensitivity / m.lattice_scale == eps  # S / b = epsilon exactly
     assert Fraction(m.scale) >= sens / eps
     assert Fraction(m.scale) <= sens / eps * Fraction(1003, 1000)  # default lattice is fine

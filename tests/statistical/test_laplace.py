@@ -105,7 +105,7 @@ def _sampler(mech: LaplaceMechanism, value: float) -> Sampler:
 def test_laplace_audit_respects_epsilon() -> None:
     mech = LaplaceMechanism(1, 1, granularity=1, rng=RandomSource.seeded(16))
     res = run_audit(_sampler(mech, D), _sampler(mech, D2), N, EVENTS, alpha=ALPHA)
-    assert res.epsilon_lower_bound <= float(mech.charge.epsilon), res
+    assert res.epsilon_lower_bound <= float(mech.charge.cost.epsilon), res
     # The audit is informative: it certifies a good part of the true epsilon.
     assert res.epsilon_lower_bound > 0.6, res
 
@@ -130,6 +130,6 @@ class _OffByOneLaplace(LaplaceMechanism):
 @pytest.mark.parametrize("broken", [_HalfNoiseLaplace, _OffByOneLaplace])
 def test_laplace_audit_catches_broken_variant(broken: type[LaplaceMechanism]) -> None:
     mech = broken(1, 1, granularity=1, rng=RandomSource.seeded(17))
-    assert mech.charge.epsilon == 1  # it still claims epsilon = 1
+    assert mech.charge.cost.epsilon == 1  # it still claims epsilon = 1
     res = run_audit(_sampler(mech, D), _sampler(mech, D2), N, EVENTS, alpha=ALPHA)
-    assert res.epsilon_lower_bound > float(mech.charge.epsilon), res
+    assert res.epsilon_lower_bound > float(mech.charge.cost.epsilon), res
