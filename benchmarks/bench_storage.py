@@ -6,8 +6,11 @@ Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
    run and directory, the raw transaction rate (``BEGIN IMMEDIATE``; one ``INSERT``;
    ``COMMIT``; WAL, ``synchronous=FULL``). Goal: ratio >= 0.5.
 2. PostgreSQL: charges/s with 1 and with 8 writer processes on one ledger, for each
-   locking mode of ``PostgresStore`` (conditional UPDATE, row lock, SERIALIZABLE), and
-   8 writers on 8 ledgers (one per dataset). Goal: 8 writers faster than 1.
+   locking mode of ``PostgresStore`` (conditional UPDATE, row lock, SERIALIZABLE) and
+   each commit mode (``group``: asynchronous commit + shared synchronous barrier;
+   ``sync``: synchronous commit under the row lock), and 8 writers on 8 ledgers (one per
+   dataset). Goal: 8 writers on one ledger faster than 1. ``--modes conditional/group``
+   (comma-separated) restricts the rows; ``--no-sqlite`` skips part 1.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.storage.sqlite import SQLiteStore
 
 COST = PrivacyCost("1/1000000")
+MODES = ("conditional/group", "conditional/sync", "row/group", "row/sync",
+         "serializable/group", "serializable/sync")
 BUDGET = Budget(10**9)
 
 
@@ -54,11 +59,13 @@ def ledger_sqlite_rate(path: str, n: int) -> float:
     return n / elapsed
 
 
-def _pg_writer(url: str, schema: str, name: str, locking: str, seconds: float,
+def _pg_writer(url: str, schema: str, name: str, mode: str, seconds: float,
                go: multiprocessing.synchronize.Event, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     from dpaccount.storage.postgres import PostgresStore
 
-    store = PostgresStore(url, name=name, schema=schema, locking=locking)  # type: ignore[arg-type]
+    locking, commit = mode.split("/")
+    store = PostgresStore(url, name=name, schema=schema, locking=locking,  # type: ignore[arg-type]
+                          commit=commit)  # type: ignore[arg-type]
     acct = Accountant(BUDGET, store=store, name=name)
     go.wait()
     done, end = 0, time.perf_counter() + seconds
@@ -69,7 +76,7 @@ def _pg_writer(url: str, schema: str, name: str, locking: str, seconds: float,
     out.put(done)
 
 
-def pg_rate(url: str, writers: int, locking: str, seconds: float, separate: bool) -> float:
+def pg_rate(url: str, writers: int, mode: str, seconds: float, separate: bool) -> float:
     import psycopg
 
     from dpaccount.storage.postgres import PostgresStore
@@ -80,13 +87,13 @@ def pg_rate(url: str, writers: int, locking: str, seconds: float, separate: bool
     for name in set(names):
         Accountant(BUDGET, store=PostgresStore(url, name=name, schema=schema), name=name)
     go, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=_pg_writer, args=(url, schema, n, locking, seconds, go, out))
+    procs = [ctx.Process(target=_pg_writer, args=(url, schema, n, mode, seconds, go, out))
              for n in names]
     for p in procs:
         p.start()
     time.sleep(1.0)  # let every writer connect
     go.set()
-    total = sum(out.get(timeout=seconds + 120) for _ in procs)
+    total: int = sum(out.get(timeout=seconds + 120) for _ in procs)
     for p in procs:
         p.join()
     with psycopg.connect(url, autocommit=True) as conn:
@@ -99,37 +106,47 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000, help="SQLite transactions per side")
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--seconds", type=float, default=3.0, help="per PostgreSQL run")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="PostgreSQL rows as locking/commit, comma-separated")
+    parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite part")
     args = parser.parse_args()
+    if not args.no_sqlite:
+        sqlite_part(args.n)
+    pg_part(args.pg, args.seconds, args.modes.split(","))
 
+
+def sqlite_part(n: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        raw = raw_sqlite_rate(os.path.join(tmp, "raw.db"), args.n)
-        ours = ledger_sqlite_rate(os.path.join(tmp, "ledger.db"), args.n)
-        raw2 = raw_sqlite_rate(os.path.join(tmp, "raw2.db"), args.n)
+        raw = raw_sqlite_rate(os.path.join(tmp, "raw.db"), n)
+        ours = ledger_sqlite_rate(os.path.join(tmp, "ledger.db"), n)
+        raw2 = raw_sqlite_rate(os.path.join(tmp, "raw2.db"), n)
     raw_mean = (raw + raw2) / 2
     print(f"SQLite raw BEGIN IMMEDIATE/INSERT/COMMIT (FULL, WAL): {raw_mean:9.0f} tx/s "
           f"(runs {raw:.0f}, {raw2:.0f})")
     print(f"SQLite Accountant + SQLiteStore durable charges:      {ours:9.0f} charges/s")
     print(f"ratio ledger / raw = {ours / raw_mean:.2f}  (goal >= 0.50)")
 
+
+def pg_part(url: str, seconds: float, modes: list[str]) -> None:
     try:
         import psycopg
 
-        psycopg.connect(args.pg, connect_timeout=3).close()
+        psycopg.connect(url, connect_timeout=3).close()
     except (ImportError, OSError) as exc:
         print(f"PostgreSQL skipped: {exc}")
         return
     except psycopg.Error as exc:
         print(f"PostgreSQL skipped: {exc}")
         return
-    print(f"\nPostgreSQL, {args.seconds:g} s per run, charges/s:")
-    print(f"{'locking':<14}{'1 writer':>10}{'8 writers, 1 ledger':>22}{'ratio':>8}"
+    print(f"\nPostgreSQL, {seconds:g} s per run, charges/s:")
+    print(f"{'locking/commit':<20}{'1 writer':>10}{'8 writers, 1 ledger':>22}{'ratio':>8}"
           f"{'8 writers, 8 ledgers':>23}{'ratio':>8}")
-    for locking in ("conditional", "row", "serializable"):
-        one = pg_rate(args.pg, 1, locking, args.seconds, separate=False)
-        shared = pg_rate(args.pg, 8, locking, args.seconds, separate=False)
-        spread = pg_rate(args.pg, 8, locking, args.seconds, separate=True)
-        print(f"{locking:<14}{one:10.0f}{shared:22.0f}{shared / one:8.2f}"
-              f"{spread:23.0f}{spread / one:8.2f}")
+    for mode in modes:
+        one = pg_rate(url, 1, mode, seconds, separate=False)
+        shared = pg_rate(url, 8, mode, seconds, separate=False)
+        spread = pg_rate(url, 8, mode, seconds, separate=True)
+        print(f"{mode:<20}{one:10.0f}{shared:22.0f}{shared / one:8.2f}"
+              f"{spread:23.0f}{spread / one:8.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ URL                                           store
 ``postgres://...``                            (the same)
 ============================================  =============================================
 
-Options go in the query string: ``?lock_timeout=10`` (seconds, every SQL backend) and
-``?schema=name`` (PostgreSQL: the schema holding the tables, ``dpaccount`` by default).
+Options go in the query string: ``?lock_timeout=10`` (seconds, every SQL backend),
+``?schema=name`` (PostgreSQL: the schema holding the tables, ``dpaccount`` by default)
+and ``?commit=group|sync`` (PostgreSQL: see :class:`~dpaccount.storage.postgres.PostgresStore`).
 
 Examples:
     >>> import os, tempfile
@@ -96,6 +97,7 @@ def open_store(url: str, *, name: str = "default") -> Store:
     if scheme in ("postgresql", "postgres"):
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         schema = options.pop("schema", "dpaccount")
+        commit = options.pop("commit", "group")
         timeout = _timeout(options)
         options.pop("lock_timeout", None)
         conninfo = urlunsplit(
@@ -103,7 +105,10 @@ def open_store(url: str, *, name: str = "default") -> Store:
         )
         from dpaccount.storage.postgres import PostgresStore
 
-        return PostgresStore(conninfo, name=name, schema=schema, lock_timeout=timeout)
+        return PostgresStore(
+            conninfo, name=name, schema=schema, lock_timeout=timeout,
+            commit=commit,  # type: ignore[arg-type]  # checked there: ConfigError
+        )
     raise ConfigError(
         f"unknown ledger URL scheme {parts.scheme!r} in {url!r}; use one of "
         "memory://, sqlite:///path.db, postgresql://user@host/db"

@@ -40,6 +40,7 @@ __all__ = [
     "RecordModel",
     "canonical_bytes",
     "chain_hash",
+    "chain_hash_payload",
     "decode_charge",
     "decode_record",
     "encode_charge",
@@ -360,4 +361,14 @@ def canonical_bytes(record: LedgerRecord) -> bytes:
 
 def chain_hash(prev_hash: str, record: LedgerRecord) -> str:
     """SHA-256 of the previous hash followed by the record's canonical encoding."""
-    return hashlib.sha256(prev_hash.encode() + b"\n" + canonical_bytes(record)).hexdigest()
+    return chain_hash_payload(prev_hash, canonical_bytes(record))
+
+
+def chain_hash_payload(prev_hash: str, payload: bytes | str) -> str:
+    """:func:`chain_hash` of a record from its stored canonical encoding (no re-encoding).
+
+    A payload that is not the canonical encoding of its record gets a different hash,
+    so checking stored rows this way detects the same alterations.
+    """
+    data = payload.encode() if isinstance(payload, str) else payload
+    return hashlib.sha256(prev_hash.encode() + b"\n" + data).hexdigest()

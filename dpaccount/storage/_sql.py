@@ -29,7 +29,13 @@ import attrs
 import pydantic
 
 from dpaccount.errors import LedgerCorruptError
-from dpaccount.records import GENESIS_HASH, LedgerMeta, LedgerRecord, chain_hash, decode_record
+from dpaccount.records import (
+    GENESIS_HASH,
+    LedgerMeta,
+    LedgerRecord,
+    chain_hash_payload,
+    decode_record,
+)
 
 __all__ = ["LedgerTip", "RecordRow", "check_records", "check_tip", "frac_text", "meta_hash"]
 
@@ -134,7 +140,7 @@ def check_records(
                 f"record {seq}: its payload disagrees with its seq or query_id columns",
                 seq=seq,
             )
-        if chain_hash(prev_hash, record) != row_hash:
+        if chain_hash_payload(prev_hash, payload) != row_hash:
             raise LedgerCorruptError(
                 f"record {seq} was altered: its hash does not match its content", seq=seq
             )

@@ -71,6 +71,7 @@ from dpaccount.records import (
     LedgerRecord,
     canonical_bytes,
     chain_hash,
+    chain_hash_payload,
 )
 from dpaccount.storage._sql import (
     LedgerTip,
@@ -229,10 +230,11 @@ class PostgresStore:
         barrier = "EXECUTE dpaccount_barrier(%(name)s, %(seq)s, %(hash)s)"
         since = "EXECUTE dpaccount_since(%(name)s, %(seq)s)"
         #: The statements of one append, sent as one simple query (one round trip); the
-        #: results come back in this order. ("sync" is one implicit transaction.)
+        #: results come back in this order. Statements outside BEGIN/COMMIT form one
+        #: implicit transaction, committed (synchronously) at the end of the query.
         self._sql_append = {
             "group": "BEGIN; SET LOCAL synchronous_commit = off; "
-            f"{append}; COMMIT; BEGIN; {barrier}; COMMIT; {since}",
+            f"{append}; COMMIT; {barrier}; {since}",
             "sync": f"{append}; {since}",
         }
         self._prepared_on: Any = None
@@ -311,11 +313,12 @@ class PostgresStore:
     def append(self, expected_head: int, record: LedgerRecord) -> None:
         """Append ``record`` if the ledger still has ``expected_head`` records.
 
-        The transaction has committed when this returns.
+        The record is committed and its commit flushed to the WAL when this returns.
 
         Raises:
-            LedgerConflictError: Another writer appended first, or the ``query_id`` is
-                already recorded; nothing was written.
+            LedgerConflictError: Another writer appended first (possibly known without a
+                round trip, from records the previous append brought back), or the
+                ``query_id`` is already recorded; nothing was written.
             StorageError: Lock timeout, persistent serialization failures, or a database
                 error; nothing was written (or, if the connection broke during commit,
                 the outcome is unknown and the charge is refused anyway).
@@ -570,7 +573,7 @@ class PostgresStore:
         self._tip_cache = tip.after(records[-1], last_hash)
 
     def _append_conditional(self, tip: LedgerTip, record: LedgerRecord, payload: str) -> None:
-        record_hash = chain_hash(tip.last_hash, record)
+        record_hash = chain_hash_payload(tip.last_hash, payload)
         new = tip.after(record, record_hash)
         params = {
             "name": self.name, "seq": tip.head, "prev": tip.last_hash, "head": new.head,
@@ -601,19 +604,25 @@ class PostgresStore:
 
         ``"group"``: ``BEGIN``, ``SET LOCAL synchronous_commit = off``, the
         compare-and-append statement, ``COMMIT`` (the row lock is released here, before
-        any flush), then the barrier transaction, which writes a WAL record only if our
-        record is stored, so its synchronous commit flushes the WAL through the append's
-        commit record (after a lost race it writes nothing and costs no flush).
-        ``"sync"``: the append commits synchronously, holding the row lock meanwhile.
-        Both end by reading, in a fresh snapshot, the records from ``seq`` on.
+        any flush); then, in one implicit transaction with the session's synchronous
+        commit, the barrier (it writes a WAL record only if our record is stored, so the
+        commit must flush the WAL through its own commit record, hence through the
+        append's) and the read of the records from ``seq`` on. After a lost race the
+        barrier writes nothing and the commit costs no flush. ``"sync"``: the append and
+        the read in one implicit transaction, committed synchronously while the ledger
+        row is still locked.
 
         Returns:
             Whether the record was appended (and is durable), and the rows read last
             (starting with our own record if it was appended).
         """
         if self._prepared_on is not conn:
-            for name, sql in self._prepare_sql.items():
-                conn.execute(f"PREPARE {name} {sql}")
+            try:
+                for name, sql in self._prepare_sql.items():
+                    conn.execute(f"PREPARE {name} {sql}")
+            except self._pg.Error:
+                conn.close()  # start over on a fresh connection next time
+                raise
             self._prepared_on = conn
         cur = self._pg.ClientCursor(conn)
         try:
@@ -689,7 +698,7 @@ class PostgresStore:
                             parse_frac(row[3], "delta_sum"))
             if tip.head != expected_head:
                 raise LedgerConflictError(f"expected {expected_head} records, found {tip.head}")
-            record_hash = chain_hash(tip.last_hash, record)
+            record_hash = chain_hash_payload(tip.last_hash, payload)
             new = tip.after(record, record_hash)
             self._insert_record(cur, record, payload, tip.last_hash, record_hash)
             cur.execute(

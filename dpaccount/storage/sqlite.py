@@ -47,7 +47,7 @@ from dpaccount.records import (
     LedgerMeta,
     LedgerRecord,
     canonical_bytes,
-    chain_hash,
+    chain_hash_payload,
 )
 from dpaccount.storage._sql import (
     TABLES_VERSION,
@@ -256,7 +256,7 @@ class SQLiteStore:
                 raise LedgerConflictError(
                     f"expected {expected_head} records, found {tip.head}"
                 )
-            record_hash = chain_hash(tip.last_hash, record)
+            record_hash = chain_hash_payload(tip.last_hash, payload)
             new = tip.after(record, record_hash)
             try:
                 cur.execute(
