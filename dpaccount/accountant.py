@@ -23,10 +23,12 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any, TypeVar
 
+import attrs
+
 from dpaccount._numeric import check_count
 from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
 from dpaccount.charges import Charge, Relation, cost_of, relation_of
-from dpaccount.composition import RELATION_RULES, Rule, make_rule
+from dpaccount.composition import RELATION_RULES, BasicRule, Rule, make_rule
 from dpaccount.costs import Budget, PrivacyCost, format_number
 from dpaccount.errors import (
     BudgetExceededError,
@@ -40,7 +42,7 @@ from dpaccount.errors import (
 )
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerMeta, LedgerRecord
-from dpaccount.storage.base import Store
+from dpaccount.storage.base import Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 
 __all__ = ["Accountant", "ledger_settings"]
@@ -158,6 +160,15 @@ class Accountant:
         )
         self._relation = meta.relation
         self._store: Store = store if store is not None else MemoryStore()
+        # A shared store that can decide the basic rule on its own sums avoids lost
+        # races between writers; the in-memory store never races across processes.
+        self._sum_store: SumLimitedStore | None = None
+        if (
+            type(self._rule) is BasicRule
+            and isinstance(self._store, SumLimitedStore)
+            and not isinstance(self._store, MemoryStore)
+        ):
+            self._sum_store = self._store
         self._lock = threading.RLock()
         stored = self._store.initialize(meta)
         if stored != meta:
@@ -290,6 +301,8 @@ class Accountant:
                     timestamp=datetime.now(UTC),
                     query_id=query_id,
                 )
+                if self._sum_store is not None:
+                    return self._append_within_sums(self._sum_store, record, charge, query_id)
                 try:
                     self._store.append(self._head, record)
                 except LedgerConflictError:
@@ -349,6 +362,56 @@ class Accountant:
                 "(or use a sampling scheme proven for it)"
             )
         return charge
+
+    def _append_within_sums(
+        self, store: SumLimitedStore, record: LedgerRecord, charge: Charge, query_id: str | None
+    ) -> LedgerRecord:
+        """Let a shared store decide the basic rule itself: no lost races, no retries.
+
+        The basic rule admits a charge exactly when the exact sums of epsilon and delta,
+        this charge included, stay within the budget (and strictly below 1/n when a
+        dataset size is declared); a store offering :class:`SumLimitedStore` makes that
+        comparison on its stored sums and appends in the same atomic step.
+        """
+        try:
+            result = store.append_within(
+                self._head, record, self._budget.epsilon, self._budget.delta, self._delta_cap
+            )
+        except LedgerConflictError:
+            self._catch_up()
+            if query_id is not None:
+                self._refuse_duplicate(query_id)
+            raise
+        for missed in result.missed:
+            if missed.seq != self._head:
+                raise LedgerCorruptError(
+                    f"expected record {self._head}, read record {missed.seq}", seq=missed.seq
+                )
+            self._state = self._rule.extend(self._state, missed.charge)
+            self._head += 1
+        new_state = self._rule.extend(self._state, charge)
+        if not result.appended:
+            if not self._rule.admits(new_state, self._budget):
+                raise BudgetExceededError(
+                    requested=record.cost,
+                    spent=self._rule.total(self._state),
+                    budget=self._budget,
+                    would_be=self._rule.total(new_state),
+                    rule=self._rule.name,
+                )
+            self._refuse_large_delta(record.cost, new_state)
+            raise LedgerCorruptError(
+                "the store refused a charge that its records show fits the budget: its "
+                "cached totals disagree with its records"
+            )
+        if result.seq != self._head:
+            raise LedgerCorruptError(
+                f"the store appended at {result.seq}, after reporting {self._head} records",
+                seq=result.seq,
+            )
+        self._state = new_state
+        self._head += 1
+        return attrs.evolve(record, seq=result.seq)
 
     def _refuse_large_delta(self, cost: PrivacyCost, new_state: Any) -> None:
         would_be = self._rule.total(new_state)

@@ -10,11 +10,14 @@ its running total, decides again and retries.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import Protocol, runtime_checkable
+
+import attrs
 
 from dpaccount.records import LedgerMeta, LedgerRecord
 
-__all__ = ["Store"]
+__all__ = ["AppendResult", "Store", "SumLimitedStore"]
 
 
 @runtime_checkable
@@ -55,4 +58,56 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release the store's resources."""
+        ...
+
+
+@attrs.frozen
+class AppendResult:
+    """What :meth:`SumLimitedStore.append_within` did.
+
+    Attributes:
+        appended: Whether the record was written.
+        seq: The seq the record was written at (the head it was refused at otherwise).
+        missed: The records other writers appended from the caller's ``known_head`` up to
+            ``seq``, in order, validated.
+    """
+
+    appended: bool
+    seq: int
+    missed: tuple[LedgerRecord, ...]
+
+
+@runtime_checkable
+class SumLimitedStore(Protocol):
+    """An optional capability: append only while the stored sums stay within limits.
+
+    A store keeps exact running sums of its records' ``cost.epsilon`` and
+    ``cost.delta``. This call appends ``record`` at the current head, whatever it is,
+    if those sums plus ``record.cost`` stay within the limits, in one atomic step, so
+    concurrent writers never lose a race and retry. It is plain arithmetic on stored
+    numbers; the accountant uses it only when its rule's decision is exactly that (the
+    basic rule).
+    """
+
+    def append_within(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        epsilon_limit: Fraction | None,
+        delta_limit: Fraction,
+        delta_below: Fraction | None,
+    ) -> AppendResult:
+        """Append ``record`` (re-numbered to the current head) if the sums stay within.
+
+        Args:
+            known_head: How many records the caller has seen; ``missed`` starts there.
+            record: The record, numbered ``known_head``; stored with the actual head.
+            epsilon_limit: The epsilon sum may not exceed this (None: no limit).
+            delta_limit: The delta sum may not exceed this.
+            delta_below: If given, the delta sum must stay strictly below it.
+
+        Raises:
+            LedgerConflictError: The record's ``query_id`` is already stored.
+            StorageError: The store failed; nothing was written.
+        """
         ...
