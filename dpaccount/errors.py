@@ -15,6 +15,9 @@ working for invalid input::
         ├── LedgerConflictError                        a concurrent writer won; retryable
         └── LedgerCorruptError                         a record fails validation or the chain breaks
 
+Warnings: :class:`DeltaWarning` (a ``UserWarning``) when a budget's delta reaches 1/n for
+a declared dataset size n.
+
 A missing optional extra raises :class:`ImportError` naming the
 ``pip install "dpaccount[...]"`` command that provides it (see :func:`missing_extra`).
 """
