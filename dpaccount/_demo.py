@@ -103,7 +103,7 @@ def run_demo(acct: Accountant, out: TextIO | None = None) -> int:
     refused: tuple[_Step, BudgetExceededError] | None = None
     for step in _steps():
         try:
-            answer = acct.run(step.mechanism, step.query, table)
+            answer = acct.guard(step.mechanism, label=step.label)(step.query)(table)
         except BudgetExceededError as error:
             refused = (step, error)
             break

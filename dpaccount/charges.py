@@ -35,7 +35,7 @@ from dpaccount._numeric import (
     laplace_epsilon_up,
     log1p_expm1_scaled_up,
 )
-from dpaccount.costs import PrivacyCost, _trusted
+from dpaccount.costs import PrivacyCost, _trusted, format_number
 from dpaccount.errors import InvalidCostError, UnsupportedChargeError
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "Subsampled",
     "atoms",
     "cost_of",
+    "describe",
     "relation_of",
 ]
 
@@ -421,3 +422,32 @@ def relation_of(charge: Charge) -> Relation | None:
             return atom.relation
     return None
 
+
+
+def describe(charge: Charge) -> str:
+    """A short human-readable description of a charge (for tables and logs).
+
+    Examples:
+        >>> describe(Repeated(Subsampled(GaussianCharge(2, 1, 1), "0.01", "poisson"), 3))
+        '3 x poisson(q=0.01) of Gaussian(sigma=2, sens=1)'
+        >>> describe(PrivacyCost("0.5", "1e-6"))
+        '(ε=0.5, δ=1e-06)'
+    """
+    f = format_number
+    if isinstance(charge, PrivacyCost):
+        return str(charge)
+    if isinstance(charge, LaplaceCharge):
+        return f"Laplace(scale={f(charge.scale)}, sens={f(charge.sensitivity)})"
+    if isinstance(charge, GaussianCharge):
+        return f"Gaussian(sigma={f(charge.sigma)}, sens={f(charge.sensitivity)})"
+    if isinstance(charge, DiscreteLaplaceCharge):
+        return f"discrete Laplace(b={f(charge.scale)}, S={f(charge.sensitivity)})"
+    if isinstance(charge, DiscreteGaussianCharge):
+        return f"discrete Gaussian(sigma={f(charge.sigma)}, S={f(charge.sensitivity)})"
+    if isinstance(charge, Subsampled):
+        return f"{charge.scheme.value}(q={f(charge.rate)}) of {describe(charge.charge)}"
+    if isinstance(charge, Parallel):
+        return f"parallel over {len(charge.partitions)} partitions"
+    if isinstance(charge, Repeated):
+        return f"{charge.count} x {describe(charge.charge)}"
+    raise UnsupportedChargeError(f"cannot describe {charge!r}")

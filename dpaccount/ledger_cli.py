@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any, TextIO
 
 from dpaccount._numeric import float_down
+from dpaccount.charges import describe
 from dpaccount.composition import make_rule
 from dpaccount.costs import PrivacyCost, format_number
 from dpaccount.errors import (
@@ -123,10 +124,8 @@ def _down(value: Fraction) -> str:
 
 
 def _describe(charge: Any) -> str:
-    if isinstance(charge, PrivacyCost):
-        return "cost"
-    text = repr(charge)
-    return text if len(text) <= 40 else text[:37] + "..."
+    text = describe(charge)
+    return text if len(text) <= 44 else text[:41] + "..."
 
 
 def _show(args: argparse.Namespace) -> int:
