@@ -283,6 +283,9 @@ class Accountant:
                     self._refuse_duplicate(query_id)
                 new_state = self._rule.extend(self._state, charge)
                 if not self._rule.admits(new_state, self._budget):
+                    if self._store.head() != self._head:
+                        self._catch_up()  # refuse with the true totals (refusals are rare)
+                        continue
                     raise BudgetExceededError(
                         requested=cost,
                         spent=self._rule.total(self._state),

@@ -28,7 +28,7 @@ from fractions import Fraction
 import attrs
 import pydantic
 
-from dpaccount.errors import LedgerCorruptError
+from dpaccount.errors import LedgerCorruptError, StorageError
 from dpaccount.records import (
     GENESIS_HASH,
     LedgerMeta,
@@ -37,7 +37,16 @@ from dpaccount.records import (
     decode_record,
 )
 
-__all__ = ["LedgerTip", "RecordRow", "check_records", "check_tip", "frac_text", "meta_hash"]
+__all__ = [
+    "LedgerTip",
+    "RecordRow",
+    "check_records",
+    "check_tip",
+    "frac_text",
+    "meta_hash",
+    "split_at_seq",
+    "within_limits",
+]
 
 #: Version of the table layout (not of the record format, which records.py owns).
 TABLES_VERSION = 1
@@ -100,6 +109,60 @@ class LedgerTip:
 
 
 EMPTY_TIP = LedgerTip(0, GENESIS_HASH, Fraction(0), Fraction(0))
+
+
+def within_limits(
+    epsilon_sum: Fraction,
+    delta_sum: Fraction,
+    epsilon_limit: Fraction | None,
+    delta_limit: Fraction,
+    delta_below: Fraction | None,
+) -> bool:
+    """Whether exact sums stay within the limits of ``SumLimitedStore.append_within``.
+
+    Plain arithmetic, no privacy reasoning: ``epsilon_sum <= epsilon_limit`` (no limit
+    when None), ``delta_sum <= delta_limit`` and, if given, ``delta_sum < delta_below``.
+
+    Examples:
+        >>> within_limits(Fraction(1), Fraction(0), Fraction(1), Fraction(0), None)
+        True
+        >>> within_limits(Fraction(0), Fraction(1, 10), None, Fraction(1), Fraction(1, 10))
+        False
+    """
+    return (
+        (epsilon_limit is None or epsilon_sum <= epsilon_limit)
+        and delta_sum <= delta_limit
+        and (delta_below is None or delta_sum < delta_below)
+    )
+
+
+#: What precedes a record's seq in its canonical payload (sorted keys, no spaces).
+SEQ_KEY = '"seq":'
+
+
+def split_at_seq(payload: str, seq: int) -> tuple[str, str]:
+    """Cut a record's canonical payload around the digits of its ``seq``.
+
+    ``prefix + str(n) + suffix`` is then the canonical payload of the same record
+    numbered ``n``, so a store can re-number a record to the head it finds without
+    re-encoding it. In the canonical encoding (sorted keys, no spaces) the top-level key
+    ``seq`` is followed by ``timestamp``, so ``"seq":<n>,`` occurs there; it occurs
+    nowhere else, because no nested model has a ``seq`` field and a quote inside a
+    string value is always escaped (``\\"``). The uniqueness is checked anyway.
+
+    Raises:
+        StorageError: The payload does not contain ``"seq":<seq>,`` exactly once.
+
+    Examples:
+        >>> split_at_seq('{"rule":"basic","seq":7,"timestamp":"t"}', 7)
+        ('{"rule":"basic","seq":', ',"timestamp":"t"}')
+    """
+    marker = f"{SEQ_KEY}{seq},"
+    at = payload.find(marker)
+    if at < 0 or payload.find(marker, at + 1) >= 0:
+        raise StorageError(f"record {seq}: its canonical payload has no unique seq field")
+    cut = at + len(SEQ_KEY)
+    return payload[:cut], payload[cut + len(str(seq)):]
 
 
 def check_records(

@@ -37,6 +37,13 @@ winners' records, which then answer the accountant's catch-up (:meth:`head`,
 :meth:`read`) without another round trip; after a win, the records appended since let
 the next charge start from a fresh tip.
 
+:meth:`PostgresStore.append_within` (used by the accountant for the basic rule) decides
+on the cached exact sums instead of comparing heads: one round trip calls a PL/pgSQL
+function, created with the tables, that locks the ledger row, adds the record's cost to
+the sums, compares them with the limits and, if they fit, stores the record at the
+current head. Writers queue on the row lock instead of losing races. The commit modes
+apply to it as above.
+
 Either way the append is flushed to the WAL (under the session's ``synchronous_commit``,
 raised to ``on`` if the server default is ``off``) before ``append()`` returns, so no
 answer is released before its charge is durable. docs/ledgers.md argues the crash cases.
@@ -55,6 +62,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import Any, Literal, TypeVar
 
 from dpaccount.errors import (
@@ -83,8 +91,10 @@ from dpaccount.storage._sql import (
     meta_hash,
     parse_frac,
     parse_meta,
+    split_at_seq,
     tip_of,
 )
+from dpaccount.storage.base import AppendResult
 
 __all__ = ["PostgresStore"]
 
@@ -150,7 +160,107 @@ def _schema_sql(schema: str) -> list[str]:
         f"CREATE OR REPLACE TRIGGER ledgers_keep BEFORE DELETE ON {s}.ledgers "
         f"FOR EACH ROW EXECUTE FUNCTION {s}.dpaccount_append_only()"
     )
+    statements.append(_append_within_sql(s))
     return statements
+
+
+#: The server-side function behind :meth:`PostgresStore.append_within` (its signature;
+#: the name carries a version so a changed body gets a new function).
+_WITHIN_FUNCTION = "dpaccount_append_within_v1"
+_WITHIN_SIGNATURE = f"{_WITHIN_FUNCTION}(text, bigint, text, text, text, text, text, text, " \
+    "text, text, text)"
+
+
+def _append_within_sql(s: str) -> str:
+    """The PL/pgSQL function that decides and appends at the head it finds.
+
+    Arguments: ledger name, the caller's known head, the hash the caller believes
+    record ``known - 1`` has (NULL: unknown; if it differs, nothing is appended and the
+    status is ``'diverged'``), the record's canonical payload
+    split around its seq (prefix, suffix), its query_id, its cost's epsilon and delta,
+    and the limits (``"num/den"`` text; a NULL epsilon limit or delta bound is absent).
+    Under the ledger row's lock it adds the cost to the cached exact sums
+    (``a/b + c/d = (ad + cb)/(bd)``, reduced by their gcd, as Python's Fraction does),
+    compares them with the limits by cross-multiplication, and if they fit stores the
+    payload numbered with the head and hashed like ``chain_hash_payload``. It returns
+    the records from ``known - 1`` (the anchor of the chain) to the head it found when
+    the caller missed any (else none), then one status row: (head, NULL, the last hash
+    before ours, our hash or NULL, NULL, and ``'appended'``, ``'refused'``, ``'behind'``
+    or ``'diverged'``).
+    """
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.{_WITHIN_FUNCTION}(
+    p_name text, p_known bigint, p_anchor text, p_prefix text, p_suffix text, p_qid text,
+    p_eps text, p_delta text, p_eps_limit text, p_delta_limit text, p_delta_below text)
+RETURNS TABLE (r_seq bigint, r_payload text, r_prev text, r_hash text, r_qid text,
+               r_status text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_head bigint; v_last text; v_eps text; v_delta text;
+    en numeric; ed numeric; dn numeric; dd numeric; g numeric;
+    v_ok boolean; v_payload text; v_hash text; v_anchor text;
+BEGIN
+    SELECT l.head, l.last_hash, l.epsilon_sum, l.delta_sum
+      INTO v_head, v_last, v_eps, v_delta
+      FROM {s}.ledgers l WHERE l.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'dpaccount ledger % is not initialized', p_name;
+    END IF;
+    IF v_head < p_known THEN
+        r_seq := v_head; r_prev := v_last; r_status := 'behind';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_anchor IS NOT NULL THEN
+        IF v_head = p_known THEN
+            v_anchor := v_last;
+        ELSE
+            SELECT r.hash INTO v_anchor FROM {s}.records r
+                WHERE r.ledger = p_name AND r.seq = p_known - 1;
+        END IF;
+        IF v_anchor IS DISTINCT FROM p_anchor THEN
+            r_seq := v_head; r_prev := v_last; r_status := 'diverged';
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    en := split_part(v_eps, '/', 1)::numeric * split_part(p_eps, '/', 2)::numeric
+        + split_part(p_eps, '/', 1)::numeric * split_part(v_eps, '/', 2)::numeric;
+    ed := split_part(v_eps, '/', 2)::numeric * split_part(p_eps, '/', 2)::numeric;
+    g := gcd(en, ed); en := div(en, g); ed := div(ed, g);
+    dn := split_part(v_delta, '/', 1)::numeric * split_part(p_delta, '/', 2)::numeric
+        + split_part(p_delta, '/', 1)::numeric * split_part(v_delta, '/', 2)::numeric;
+    dd := split_part(v_delta, '/', 2)::numeric * split_part(p_delta, '/', 2)::numeric;
+    g := gcd(dn, dd); dn := div(dn, g); dd := div(dd, g);
+    v_ok := (p_eps_limit IS NULL
+             OR en * split_part(p_eps_limit, '/', 2)::numeric
+                <= split_part(p_eps_limit, '/', 1)::numeric * ed)
+        AND dn * split_part(p_delta_limit, '/', 2)::numeric
+            <= split_part(p_delta_limit, '/', 1)::numeric * dd
+        AND (p_delta_below IS NULL
+             OR dn * split_part(p_delta_below, '/', 2)::numeric
+                < split_part(p_delta_below, '/', 1)::numeric * dd);
+    IF v_head > p_known THEN
+        RETURN QUERY SELECT r.seq, r.payload, r.prev_hash, r.hash, r.query_id, NULL::text
+            FROM {s}.records r
+            WHERE r.ledger = p_name AND r.seq >= greatest(p_known - 1, 0) AND r.seq < v_head
+            ORDER BY r.seq;
+    END IF;
+    IF NOT v_ok THEN
+        r_seq := v_head; r_prev := v_last; r_status := 'refused';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    v_payload := p_prefix || v_head::text || p_suffix;
+    v_hash := encode(sha256(convert_to(v_last || E'\\n' || v_payload, 'UTF8')), 'hex');
+    INSERT INTO {s}.records VALUES (p_name, v_head, v_payload, v_last, v_hash, p_qid);
+    UPDATE {s}.ledgers SET head = v_head + 1, last_hash = v_hash,
+        epsilon_sum = en::text || '/' || ed::text, delta_sum = dn::text || '/' || dd::text
+        WHERE name = p_name;
+    r_seq := v_head; r_prev := v_last; r_hash := v_hash; r_status := 'appended';
+    RETURN NEXT;
+END
+$fn$"""
 
 
 class PostgresStore:
@@ -222,6 +332,16 @@ class PostgresStore:
             # first if we won, else the winners'.
             "dpaccount_since": f"(text, bigint) AS SELECT {_RECORD_COLUMNS} FROM "
             f"{self._s}.records WHERE ledger = $1 AND seq >= $2 ORDER BY seq",
+            # append_within: see _append_within_sql for the arguments.
+            "dpaccount_within": "(text, bigint, text, text, text, text, text, text, text, "
+            f"text, text) AS SELECT * FROM {self._s}.{_WITHIN_FUNCTION}($1, $2, $3, $4, $5, "
+            "$6, $7, $8, $9, $10, $11)",
+            # Flushes only if our record is stored (at the head the function found; a
+            # concurrent record may share our payload up to its seq, hence EXISTS).
+            "dpaccount_within_barrier": "(text, bigint, text, text) AS SELECT "
+            "pg_logical_emit_message(true, 'dpaccount', '') WHERE EXISTS (SELECT 1 FROM "
+            f"{self._s}.records WHERE ledger = $1 AND seq >= $2 "
+            "AND payload = $3 || seq::text || $4)",
         }
         append = (
             "EXECUTE dpaccount_append(%(name)s, %(seq)s, %(prev)s, %(head)s, %(hash)s, "
@@ -237,6 +357,20 @@ class PostgresStore:
             f"{append}; COMMIT; {barrier}; {since}",
             "sync": f"{append}; {since}",
         }
+        within = (
+            "EXECUTE dpaccount_within(%(name)s, %(known)s, %(anchor)s, %(prefix)s, "
+            "%(suffix)s, %(qid)s, %(eps)s, %(delta)s, %(eps_limit)s, %(delta_limit)s, "
+            "%(delta_below)s)"
+        )
+        within_barrier = (
+            "EXECUTE dpaccount_within_barrier(%(name)s, %(known)s, %(prefix)s, %(suffix)s)"
+        )
+        #: append_within in one round trip, as ``_sql_append``.
+        self._sql_within = {
+            "group": "BEGIN; SET LOCAL synchronous_commit = off; "
+            f"{within}; COMMIT; {within_barrier}",
+            "sync": within,
+        }
         self._prepared_on: Any = None
         self._sql_barrier = (
             f"SELECT pg_logical_emit_message(true, 'dpaccount', '') FROM {self._s}.records "
@@ -246,6 +380,9 @@ class PostgresStore:
         self._prefetch: tuple[float, int, list[LedgerRecord]] | None = None
         self._lock = threading.RLock()
         self._tip_cache: LedgerTip | None = None
+        #: (n, hash of record n - 1) as this store last read or wrote it: append_within
+        #: checks that the chain it continues still ends there (see the docs on crashes).
+        self._seen: tuple[int, str] | None = None
         self._conn: Any = None
         self._call(lambda conn: self._setup(conn))
 
@@ -304,7 +441,15 @@ class PostgresStore:
                 if not rows or rows[0][0] != start - 1:
                     raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
                 prev = rows.pop(0)[3]
+            seen = self._seen
+            if seen is not None and seen[0] == start and seen[1] != prev:
+                raise LedgerCorruptError(
+                    f"record {start - 1} is not the one this store read earlier: the "
+                    "ledger's chain changed (a server crash lost an asynchronous commit?); "
+                    "reopen the ledger", seq=start - 1,
+                )
             records = check_records(rows, start, prev)
+            self._seen = (start + len(records), rows[-1][3] if rows else prev)
             self._advance_tip_cache(start, prev, records, rows[-1][3] if rows else prev)
             return records
 
@@ -344,6 +489,98 @@ class PostgresStore:
             self._append_conditional(tip, record, payload)
         else:
             self._append_locked(expected_head, record, payload)
+
+    def append_within(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        epsilon_limit: Fraction | None,
+        delta_limit: Fraction,
+        delta_below: Fraction | None,
+    ) -> AppendResult:
+        """Append ``record`` at the current head if the exact sums stay within limits.
+
+        One round trip runs a server-side function (created with the schema) that
+        locks the ledger row, adds ``record.cost`` to the cached exact sums, compares
+        them with the limits (see :class:`~dpaccount.storage.base.SumLimitedStore`)
+        and, if they fit, stores the record re-numbered to the head it found, hashed
+        exactly like :func:`~dpaccount.records.chain_hash_payload` (checked here again).
+        Writers queue on the row lock instead of losing races. Durability follows the
+        store's ``commit`` mode, as for :meth:`append`.
+
+        Raises:
+            LedgerConflictError: ``record.query_id`` is already recorded.
+            LedgerCorruptError: The ledger holds fewer records than ``known_head``, or a
+                record read back fails validation or the chain.
+            StorageError: Lock timeout or a database error; nothing was written (or, if
+                the connection broke during commit, the outcome is unknown and the
+                charge is refused anyway).
+        """
+        if record.seq != known_head:
+            raise LedgerConflictError(
+                f"record seq {record.seq} does not match the known head {known_head}"
+            )
+        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+        seen = self._seen
+        params = {
+            "name": self.name, "known": known_head, "prefix": prefix, "suffix": suffix,
+            "anchor": seen[1] if seen is not None and seen[0] == known_head else None,
+            "qid": record.query_id, "eps": frac_text(record.cost.epsilon),
+            "delta": frac_text(record.cost.delta),
+            "eps_limit": None if epsilon_limit is None else frac_text(epsilon_limit),
+            "delta_limit": frac_text(delta_limit),
+            "delta_below": None if delta_below is None else frac_text(delta_below),
+        }
+        self._prefetch = None
+        old_tip, self._tip_cache = self._tip_cache, None
+        rows, status, barrier_ok = self._call(
+            lambda conn: self._within_round_trip(conn, params)
+        )
+        head, prev, record_hash, state = int(status[0]), status[2], status[3], status[5]
+        if state == "behind":
+            raise LedgerCorruptError(
+                f"the ledger holds {head} records, fewer than the {known_head} already seen",
+                seq=head,
+            )
+        if state == "diverged":
+            raise LedgerCorruptError(
+                f"record {known_head - 1} is not the one this store read earlier: the "
+                "ledger's chain changed (a server crash lost an asynchronous commit?); "
+                "nothing was written; reopen the ledger", seq=known_head - 1,
+            )
+        anchor = GENESIS_HASH
+        if head == known_head:
+            anchor = prev  # nothing was missed: the function sent no rows
+        elif known_head > 0:
+            if not rows or rows[0][0] != known_head - 1:
+                raise LedgerCorruptError(f"record {known_head - 1} is missing",
+                                         seq=known_head - 1)
+            anchor = rows.pop(0)[3]
+        missed = check_records(rows, known_head, anchor)
+        if known_head + len(missed) != head or (rows[-1][3] if rows else anchor) != prev:
+            raise LedgerCorruptError(
+                f"the ledger's cached tip (head {head}) disagrees with its records", seq=head
+            )
+        appended = state == "appended"
+        self._seen = (head + 1, record_hash) if appended else (head, prev)
+        if appended:
+            if not barrier_ok:
+                raise StorageError(
+                    f"ledger {self.name!r}: record {head} was not found after its commit; "
+                    "the charge is refused"
+                )
+            if chain_hash_payload(prev, f"{prefix}{head}{suffix}") != record_hash:
+                raise StorageError(
+                    f"ledger {self.name!r}: the server hashed record {head} differently; "
+                    "the charge is refused"
+                )
+        if old_tip is not None and old_tip.head == known_head and old_tip.last_hash == anchor:
+            # Keep the cached tip (used by append()) current: fold what was read.
+            tip = old_tip
+            for row, missed_record in zip(rows, missed, strict=True):
+                tip = tip.after(missed_record, row[3])
+            self._tip_cache = tip.after(record, record_hash) if appended else tip
+        return AppendResult(appended, head, tuple(missed))
 
     def find(self, query_id: str) -> LedgerRecord | None:
         """The record carrying ``query_id``, checked against its own hash, or None."""
@@ -461,10 +698,13 @@ class PostgresStore:
     # -- internals ----------------------------------------------------------------------
 
     def _setup(self, conn: Any) -> None:
+        # Every statement is idempotent; a schema made before append_within existed
+        # gets its function here.
         present = conn.execute(
-            "SELECT to_regclass(%s)", (f"{self._s}.meta_history",)
+            "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
+            (f"{self._s}.meta_history", f"{self._s}.{_WITHIN_SIGNATURE}"),
         ).fetchone()[0]
-        if present is not None:
+        if present:
             return
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(7346287161)")
@@ -616,14 +856,7 @@ class PostgresStore:
             Whether the record was appended (and is durable), and the rows read last
             (starting with our own record if it was appended).
         """
-        if self._prepared_on is not conn:
-            try:
-                for name, sql in self._prepare_sql.items():
-                    conn.execute(f"PREPARE {name} {sql}")
-            except self._pg.Error:
-                conn.close()  # start over on a fresh connection next time
-                raise
-            self._prepared_on = conn
+        self._prepare(conn)
         cur = self._pg.ClientCursor(conn)
         try:
             cur.execute(self._sql_append[self.commit], params)
@@ -648,6 +881,52 @@ class PostgresStore:
                 "commit; the charge is refused"
             )
         return appended, rows
+
+    def _prepare(self, conn: Any) -> None:
+        """Prepare the append statements once per connection."""
+        if self._prepared_on is conn:
+            return
+        try:
+            for name, sql in self._prepare_sql.items():
+                conn.execute(f"PREPARE {name} {sql}")
+        except self._pg.Error:
+            conn.close()  # start over on a fresh connection next time
+            raise
+        self._prepared_on = conn
+
+    def _within_round_trip(
+        self, conn: Any, params: dict[str, Any]
+    ) -> tuple[list[RecordRow], tuple[Any, ...], bool]:
+        """Run append_within's statements in one round trip (see ``_sql_within``).
+
+        ``"group"``: ``BEGIN``, ``SET LOCAL synchronous_commit = off``, the function
+        call, ``COMMIT`` (releasing the row lock before any flush), then the barrier in
+        its own synchronous transaction: it writes a WAL record only if our record is
+        stored, so its commit flushes the WAL through the append's commit record.
+        ``"sync"``: the function call alone, committed synchronously under the lock.
+
+        Returns:
+            The record rows the function returned (from ``known - 1``), its status row,
+            and whether the barrier found our record (always True for ``"sync"``).
+        """
+        self._prepare(conn)
+        cur = self._pg.ClientCursor(conn)
+        try:
+            cur.execute(self._sql_within[self.commit], params)
+        except self._pg.Error:
+            self._rollback(conn)
+            raise
+        selects: list[list[Any]] = []
+        while True:
+            if (cur.statusmessage or "").startswith("SELECT"):
+                selects.append(cur.fetchall())
+            if not cur.nextset():
+                break
+        if not selects or not selects[0]:
+            raise StorageError(f"ledger {self.name!r}: append_within returned no status")
+        rows = selects[0]
+        barrier_ok = self.commit == "sync" or (len(selects) == 2 and len(selects[1]) == 1)
+        return [tuple(r[:5]) for r in rows[:-1]], tuple(rows[-1]), barrier_ok
 
     def _fresh_prefetch(self) -> tuple[int, list[LedgerRecord]] | None:
         """The records the last append brought back, if they are recent enough."""

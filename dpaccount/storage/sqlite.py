@@ -10,6 +10,10 @@ loop of our own, so "database is locked" never reaches the caller; when the lock
 be had within ``lock_timeout`` seconds a :class:`~dpaccount.errors.StorageError` is
 raised and nothing is written (fail closed).
 
+:meth:`SQLiteStore.append_within` (used by the accountant for the basic rule) decides in
+the same kind of transaction on the cached exact sums and appends at the current head,
+so writers never lose a race.
+
 Records cannot be updated or deleted through SQL (triggers refuse it), and the hash chain
 plus the cached tip make edits made around the triggers visible to :meth:`verify`, which
 runs whenever a ledger is opened.
@@ -38,6 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from fractions import Fraction
 from typing import TypeVar
 
 from dpaccount.errors import LedgerConflictError, LedgerCorruptError, StorageError
@@ -60,8 +65,11 @@ from dpaccount.storage._sql import (
     meta_hash,
     parse_frac,
     parse_meta,
+    split_at_seq,
     tip_of,
+    within_limits,
 )
+from dpaccount.storage.base import AppendResult
 
 __all__ = ["SQLiteStore"]
 
@@ -275,6 +283,90 @@ class SQLiteStore:
             )
 
         self._write(insert)
+
+    def append_within(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        epsilon_limit: Fraction | None,
+        delta_limit: Fraction,
+        delta_below: Fraction | None,
+    ) -> AppendResult:
+        """Append ``record`` at the current head if the exact sums stay within limits.
+
+        One ``BEGIN IMMEDIATE`` transaction reads the cached tip, adds ``record.cost`` to
+        its exact sums, compares them with the limits (see
+        :class:`~dpaccount.storage.base.SumLimitedStore`) and, if they fit, stores the
+        record re-numbered to the head it found. Writers are serialised by the lock, so
+        none of them loses a race and retries. The records other writers appended since
+        ``known_head`` are read in the same transaction and checked after it commits.
+
+        Raises:
+            LedgerConflictError: ``record.query_id`` is already recorded.
+            LedgerCorruptError: The ledger holds fewer records than ``known_head``, or a
+                record read back fails validation.
+            StorageError: The write lock could not be had in time, or SQLite failed;
+                nothing was written.
+        """
+        if record.seq != known_head:
+            raise LedgerConflictError(
+                f"record seq {record.seq} does not match the known head {known_head}"
+            )
+        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+        cost = record.cost
+
+        def insert(cur: sqlite3.Cursor) -> tuple[bool, LedgerTip, str, list[RecordRow]]:
+            tip = self._tip(cur)
+            if tip is None:
+                raise StorageError(f"ledger {self.name!r} is not initialized")
+            if tip.head < known_head:
+                raise LedgerCorruptError(
+                    f"the ledger holds {tip.head} records, fewer than the {known_head} "
+                    "already seen", seq=tip.head,
+                )
+            prev, rows = tip.last_hash, []  # nothing missed: nothing to read
+            if tip.head > known_head:
+                prev = self._prev_hash(cur, known_head)
+                rows = cur.execute(
+                    f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? "
+                    "ORDER BY seq",
+                    (self.name, known_head),
+                ).fetchall()
+            if not within_limits(tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
+                                 epsilon_limit, delta_limit, delta_below):
+                return False, tip, prev, rows
+            payload = f"{prefix}{tip.head}{suffix}"
+            record_hash = chain_hash_payload(tip.last_hash, payload)
+            new = tip.after(record, record_hash)
+            try:
+                cur.execute(
+                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
+                    (self.name, tip.head, payload, tip.last_hash, record_hash,
+                     record.query_id),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise LedgerConflictError(
+                    f"query_id {record.query_id!r} (or seq {tip.head}) is already recorded"
+                ) from exc
+            cur.execute(
+                "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
+                "WHERE name = ?",
+                (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
+                 new.last_hash, self.name),
+            )
+            return True, tip, prev, rows
+
+        appended, tip, prev, rows = self._write(insert)
+        # Decoded after the commit, so the lock is held only for the arithmetic.
+        missed = check_records(rows, known_head, prev)
+        if known_head + len(missed) != tip.head or (
+            rows[-1][3] if rows else prev
+        ) != tip.last_hash:
+            raise LedgerCorruptError(
+                f"the ledger's cached tip (head {tip.head}) disagrees with its records",
+                seq=tip.head,
+            )
+        return AppendResult(appended, tip.head, tuple(missed))
 
     def find(self, query_id: str) -> LedgerRecord | None:
         """The record carrying ``query_id``, checked against its own hash, or None."""

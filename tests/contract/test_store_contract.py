@@ -16,7 +16,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from storage_helpers import pg_schema, pg_url
 
 from dpaccount.accountant import Accountant
@@ -31,10 +34,19 @@ from dpaccount.errors import (
     StorageError,
 )
 from dpaccount.ledgers import open_ledger
-from dpaccount.records import LedgerMeta, LedgerRecord
-from dpaccount.storage.base import Store
+from dpaccount.records import LedgerMeta, LedgerRecord, canonical_bytes, chain_hash_payload
+from dpaccount.storage.base import Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 from dpaccount.storage.sqlite import SQLiteStore
+
+#: Labels and query ids that could confuse a textual re-numbering of the payload.
+LABELS = st.one_of(
+    st.text(st.sampled_from(['"', "\\", "s", "e", "q", ":", ",", "1", "0", "é", "€", "😀",
+                             "\n", "\x00", "{", "}"]), max_size=24),
+    st.sampled_from(['"seq":1,', '"seq":0,', '\\"seq\\":1,', '","seq":1,"', "\\",
+                     '"seq":1,"timestamp":"x"}']),
+    st.text(max_size=16),
+)
 
 META = LedgerMeta.build("main", Budget(1, "1e-6"), {"name": "basic"}, Relation.ADD_REMOVE)
 
@@ -285,6 +297,162 @@ class DurableContract(StoreContract):
         b.store.close()
 
 
+    # -- append_within: the store decides the basic rule on its own sums ---------------
+
+    def within(self, store: Store) -> SumLimitedStore:
+        assert isinstance(store, SumLimitedStore)
+        return store
+
+    def fetch(self, sql: str) -> list[tuple[Any, ...]]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def test_append_within_appends_at_the_current_head(
+        self, opener: Callable[[str], Store], store: Store
+    ) -> None:
+        other = opener("main")
+        other.initialize(META)
+        winners = self.fill(other, 3)  # this store still believes the head is 0
+        mine = rec(0, eps="1/7", query_id="late")
+        result = self.within(store).append_within(0, mine, Fraction(1), Fraction(0), None)
+        assert (result.appended, result.seq) == (True, 3)
+        assert list(result.missed) == winners
+        stored = list(store.read())
+        assert stored == [*winners, attrs.evolve(mine, seq=3)]
+        tip = store.verify()  # type: ignore[attr-defined]
+        assert (tip.head, tip.epsilon_sum) == (4, Fraction(1 + 2 + 3, 100) + Fraction(1, 7))
+        # Appending again from a fresh head misses nothing.
+        again = self.within(store).append_within(4, rec(4), Fraction(1), Fraction(0), None)
+        assert (again.appended, again.seq, again.missed) == (True, 4, ())
+        # The compare-and-append path still works after it (its tip cache is current).
+        store.append(5, rec(5, eps="1/1000"))
+        assert store.verify().head == 6  # type: ignore[attr-defined]
+        other.close()
+
+    def test_append_within_compares_the_exact_sums_with_the_limits(self, store: Store) -> None:
+        s = self.within(store)
+        third = PrivacyCost("1/3", "1/3000000")
+        for i in range(2):
+            assert s.append_within(i, rec(i, charge=third), Fraction(1), Fraction(1, 10**6),
+                                   None).appended
+        # 1/3 + 1/3 + 1/3 is exactly 1 (a float sum would not be): admitted at the limit.
+        assert s.append_within(2, rec(2, charge=third), Fraction(1), Fraction(1, 10**6),
+                               None).appended
+        tiny = rec(3, charge=PrivacyCost(Fraction(1, 10**30)))
+        refused = s.append_within(3, tiny, Fraction(1), Fraction(1, 10**6), None)
+        assert (refused.appended, refused.seq, refused.missed) == (False, 3, ())
+        # No epsilon limit: only delta counts; delta_below is strict, delta_limit is not.
+        eps_only = rec(3, charge=PrivacyCost(5))
+        assert s.append_within(3, eps_only, None, Fraction(1, 10**6), None).appended
+        last = rec(4, charge=PrivacyCost(0, Fraction(1, 10**6)))
+        assert not s.append_within(4, last, None, Fraction(1), Fraction(2, 10**6)).appended
+        assert not s.append_within(4, last, None, Fraction(19, 10**7), None).appended
+        assert s.append_within(4, last, None, Fraction(2, 10**6), None).appended
+        tip = store.verify()  # type: ignore[attr-defined]
+        assert (tip.head, tip.epsilon_sum, tip.delta_sum) == (5, Fraction(6),
+                                                              Fraction(2, 10**6))
+        # The cached sums are stored reduced ("num/den" in lowest terms).
+        assert self.fetch("SELECT epsilon_sum, delta_sum FROM {s}ledgers WHERE name = 'main'"
+                          ) == [("6/1", "1/500000")]
+
+    def test_append_within_refusal_writes_nothing_and_reports_the_missed(
+        self, opener: Callable[[str], Store], store: Store
+    ) -> None:
+        other = opener("main")
+        other.initialize(META)
+        winners = self.fill(other, 4)  # epsilon 1/100 + ... + 4/100 = 1/10
+        result = self.within(store).append_within(
+            1, rec(1, eps="91/100"), Fraction(1), Fraction(0), None
+        )
+        assert (result.appended, result.seq, list(result.missed)) == (False, 4, winners[1:])
+        assert store.head() == 4
+        fits = self.within(store).append_within(4, rec(4, eps="9/10"), Fraction(1),
+                                                Fraction(0), None)
+        assert (fits.appended, fits.seq) == (True, 4)  # 1/10 + 9/10 is exactly 1
+        other.close()
+
+    def test_append_within_duplicate_query_id_conflicts(self, store: Store) -> None:
+        s = self.within(store)
+        assert s.append_within(0, rec(0, query_id="same"), None, Fraction(0), None).appended
+        with pytest.raises(LedgerConflictError):
+            s.append_within(1, rec(1, query_id="same"), None, Fraction(0), None)
+        with pytest.raises(LedgerConflictError):  # also when appended at another head
+            s.append_within(0, rec(0, query_id="same"), None, Fraction(0), None)
+        assert store.head() == 1
+        assert store.verify().head == 1  # type: ignore[attr-defined]
+
+    def test_append_within_ahead_of_the_ledger_is_corruption(self, store: Store) -> None:
+        self.fill(store, 2)
+        with pytest.raises(LedgerCorruptError):
+            self.within(store).append_within(5, rec(5), None, Fraction(0), None)
+        assert store.head() == 2
+
+    def test_append_within_threads_admit_exactly_the_limit(
+        self, opener: Callable[[str], Store], store: Store
+    ) -> None:
+        threads, per_thread, limit = 4, 12, 30  # 48 attempts of 1/100, 30 fit in 3/10
+        stores = [store] + [opener("main") for _ in range(threads - 1)]
+        for s in stores[1:]:
+            s.initialize(META)
+        outcomes: list[bool] = []
+        lock = threading.Lock()
+
+        def worker(s: Store, t: int) -> None:
+            head = 0
+            for i in range(per_thread):
+                r = rec(head, eps="1/100", query_id=f"t{t}-{i}")
+                result = self.within(s).append_within(head, r, Fraction(limit, 100),
+                                                      Fraction(0), None)
+                assert [m.seq for m in result.missed] == list(range(head, result.seq))
+                head = result.seq + result.appended
+                with lock:
+                    outcomes.append(result.appended)
+
+        pool = [threading.Thread(target=worker, args=(s, t)) for t, s in enumerate(stores)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+        assert len(outcomes) == threads * per_thread
+        assert sum(outcomes) == limit
+        tip = store.verify()  # type: ignore[attr-defined]
+        assert (tip.head, tip.epsilon_sum) == (limit, Fraction(limit, 100))
+        for s in stores[1:]:
+            s.close()
+
+    def test_append_within_stores_the_canonical_payload_and_hash(self, store: Store) -> None:
+        """The re-numbered payload is the canonical encoding; its hash is Python's.
+
+        Labels and query ids full of quotes, backslashes, non-ASCII text and the text
+        ``"seq":1,`` cannot confuse the re-numbering (see ``split_at_seq``).
+        """
+
+        @settings(max_examples=25, deadline=None)
+        # A query_id is a text column: PostgreSQL refuses NUL there (a StorageError).
+        @given(label=LABELS,
+               query_id=st.one_of(st.none(), LABELS.filter(lambda t: "\x00" not in t)))
+        def check(label: str, query_id: str | None) -> None:
+            if query_id is not None and store.find(query_id) is not None:
+                return  # the same id drawn twice: a duplicate, tested elsewhere
+            head = store.head()
+            store.append(head, rec(head))  # another writer: the record below is behind
+            mine = attrs.evolve(rec(head, eps="1/1000"), label=label, query_id=query_id)
+            result = self.within(store).append_within(head, mine, None, Fraction(0), None)
+            assert (result.appended, result.seq) == (True, head + 1)
+            expected = canonical_bytes(attrs.evolve(mine, seq=head + 1)).decode()
+            rows = self.fetch(
+                "SELECT seq, payload, prev_hash, hash FROM {s}records "
+                f"WHERE ledger = 'main' AND seq >= {head} ORDER BY seq"
+            )
+            assert [r[0] for r in rows] == [head, head + 1]
+            (_, payload, prev, stored_hash) = rows[1]
+            assert payload == expected
+            assert prev == rows[0][3] == chain_hash_payload(rows[0][2], canonical_bytes(rec(head)))
+            assert stored_hash == chain_hash_payload(prev, expected)
+            assert list(store.read(head + 1)) == [attrs.evolve(mine, seq=head + 1)]
+
+        check()
+
+
 class TestSQLiteStore(DurableContract):
     @pytest.fixture(autouse=True)
     def _path(self, tmp_path: Path) -> None:
@@ -301,6 +469,12 @@ class TestSQLiteStore(DurableContract):
         with sqlite3.connect(self.path) as conn:
             conn.execute(sql.format(s=""))
         conn.close()
+
+    def fetch(self, sql: str) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(self.path) as conn:
+            rows = conn.execute(sql.format(s="")).fetchall()
+        conn.close()
+        return rows
 
     def unprotect(self) -> None:
         with sqlite3.connect(self.path) as conn:
@@ -359,14 +533,60 @@ class TestPostgresStore(DurableContract):
     def db_error(self) -> type[Exception]:
         import psycopg
 
-        return psycopg.Error  # type: ignore[no-any-return]
+        return psycopg.Error
 
     def raw(self, sql: str) -> None:
         import psycopg
         from storage_helpers import PG_URL
 
         with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(sql.format(s=f'"{self.schema}".'))  # type: ignore[arg-type]
+            conn.execute(sql.format(s=f'"{self.schema}".'))
+
+    def fetch(self, sql: str) -> list[tuple[Any, ...]]:
+        import psycopg
+        from storage_helpers import PG_URL
+
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            return conn.execute(sql.format(s=f'"{self.schema}".')).fetchall()
+
+    def test_append_within_notices_a_chain_that_changed_under_it(
+        self, opener: Callable[[str], Store], store: Store
+    ) -> None:
+        """As after a server crash that lost an asynchronous commit another writer read."""
+        s = self.within(store)
+        assert s.append_within(0, rec(0), None, Fraction(0), None).appended
+        self.unprotect()  # the crash, simulated: record 0 is gone, the ledger empty again
+        self.raw("DELETE FROM {s}records")
+        self.raw("UPDATE {s}ledgers SET head = 0, epsilon_sum = '0/1', "
+                 "last_hash = repeat('0', 64)")
+        other = opener("main")
+        other.append(0, rec(0, eps="1/3"))  # a different record 0 after "recovery"
+        with pytest.raises(LedgerCorruptError, match="nothing was written"):
+            s.append_within(1, rec(1), None, Fraction(0), None)
+        other.append(1, rec(1, eps="1/5"))  # ... also when others appended after it
+        with pytest.raises(LedgerCorruptError, match="nothing was written"):
+            s.append_within(1, rec(1), None, Fraction(0), None)
+        with pytest.raises(LedgerCorruptError, match="reopen"):
+            s.read(1)  # catching up does not adopt the new chain either
+        assert other.head() == 2
+        fresh = opener("main")
+        assert list(fresh.read()) == list(other.read())  # a reopened store is fine
+        fresh.close()
+        other.close()
+
+    def test_a_schema_without_the_append_within_function_gets_it(self, store: Store) -> None:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+
+        self.fill(store, 1)
+        store.close()
+        self.raw("DROP FUNCTION {s}dpaccount_append_within_v1")  # as an older dpaccount left it
+        again = PostgresStore(PG_URL, name="main", schema=self.schema)
+        again.initialize(META)
+        assert again.append_within(1, rec(1), None, Fraction(0), None).appended
+        assert again.verify().head == 2
+        again.close()
 
     def unprotect(self) -> None:
         self.raw("ALTER TABLE {s}records DISABLE TRIGGER USER")
