@@ -27,8 +27,8 @@ import attrs
 
 from dpaccount._numeric import check_count
 from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
-from dpaccount.charges import Charge, Relation, cost_of, relation_of
-from dpaccount.composition import RELATION_RULES, BasicRule, Rule, make_rule
+from dpaccount.charges import Charge, Relation, Repeated, cost_of, relation_of
+from dpaccount.composition import RELATION_RULES, BasicRule, Rule, make_rule, max_queries
 from dpaccount.costs import Budget, PrivacyCost, format_number
 from dpaccount.errors import (
     BudgetExceededError,
@@ -52,6 +52,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: How many times a charge is retried after losing a compare-and-append race before the
 #: store's conflict is reported. Each retry folds in the winners' records first.
 _MAX_CONFLICT_RETRIES = 10_000
+
+#: The largest count max_queries searches when the rule alone sets no limit.
+_MAX_QUERIES_SEARCH = 10**12
 
 
 def ledger_settings(
@@ -242,7 +245,43 @@ class Accountant:
         charge = self._as_charge(charge)
         with self._lock:
             self._catch_up()
-            return bool(self._rule.admits(self._rule.extend(self._state, charge), self._budget))
+            return self._admits(self._rule.extend(self._state, charge))
+
+    def max_queries(self, charge: Charge | Mechanism) -> int | None:
+        """How many more charges of ``charge`` would be admitted now (nothing is recorded).
+
+        Returns:
+            The count, or None when more than 10**12 fit (e.g. a zero cost).
+
+        Examples:
+            >>> Accountant(1).max_queries(PrivacyCost("0.3"))
+            3
+            >>> Accountant((1, "1e-5"), rule="filter").max_queries(PrivacyCost("0.01"))
+            393
+        """
+        charge = self._as_charge(charge)
+        with self._lock:
+            self._catch_up()
+            state = self._state
+            found = max_queries(self._rule, state, self._budget, charge)
+            if self._delta_cap is None or cost_of(charge).delta == 0:
+                return found
+            # Shrink to the largest count whose total delta stays below 1/n.
+            lo, hi = 0, (found if found is not None else _MAX_QUERIES_SEARCH)
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._admits(self._rule.extend(state, Repeated(charge, mid))):
+                    lo = mid
+                else:
+                    hi = mid - 1
+            return lo
+
+    def _admits(self, new_state: Any) -> bool:
+        """The rule's decision plus the 1/n delta cap of a declared dataset size."""
+        if not self._rule.admits(new_state, self._budget):
+            return False
+        cap = self._delta_cap
+        return cap is None or self._rule.total(new_state).delta < cap
 
     # -- charging -------------------------------------------------------------------
 

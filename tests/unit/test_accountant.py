@@ -262,3 +262,35 @@ def test_delta_reaching_one_over_n_is_refused() -> None:
         big.charge(PrivacyCost(0, "0.005"))  # total would be exactly 1/100
     assert big.spent == before
     big.charge(PrivacyCost(0, Fraction(1, 200) - Fraction(1, 10**12)))
+
+
+def test_max_queries_matches_charging_until_refused() -> None:
+    for rule, budget, unit in [
+        ("basic", Budget(1, "1e-6"), PrivacyCost("0.07", "1e-8")),
+        ("filter", Budget(1, "1e-5"), PrivacyCost("0.01")),
+    ]:
+        acct = Accountant(budget, rule=rule)
+        predicted = acct.max_queries(unit)
+        admitted = 0
+        with pytest.raises(BudgetExceededError):
+            while True:
+                acct.charge(unit)
+                admitted += 1
+        assert predicted == admitted
+        assert acct.max_queries(unit) == 0
+
+
+def test_max_queries_and_can_afford_respect_the_one_over_n_cap() -> None:
+    from dpaccount.errors import DeltaWarning
+
+    with pytest.warns(DeltaWarning):  # the budget's delta 1e-3 is above 1/n = 1e-4
+        acct = Accountant(Budget(10, "1e-3"), dataset_size=10_000)
+    unit = PrivacyCost("0.01", "1e-5")
+    assert acct.max_queries(unit) == 9  # 10 x 1e-5 reaches 1/n exactly: refused
+    for _ in range(9):
+        acct.charge(unit)
+    assert not acct.can_afford(unit)
+    with pytest.raises(BudgetExceededError):
+        acct.charge(unit)
+    # delta-free charges are not capped: (10 - 9 x 0.01) / 0.01 of them still fit
+    assert acct.max_queries(PrivacyCost("0.01")) == 991
