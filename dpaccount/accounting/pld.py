@@ -620,6 +620,14 @@ def _as_charges(plan: Any) -> list[Charge]:
     return charges
 
 
+def plan_runs(plan: Any) -> list[tuple[Charge, int]]:
+    """A declared plan read as ``(atom, count)`` runs, in order (see :func:`_as_charges`)."""
+    runs: list[tuple[Charge, int]] = []
+    for charge in _as_charges(plan):
+        runs.extend(atoms(charge))
+    return runs
+
+
 class PLDRule(Rule[PLDState]):
     """Accountant rule for a declared plan, accounted on the privacy loss distribution.
 

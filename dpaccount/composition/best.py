@@ -29,7 +29,7 @@ import contextlib
 from typing import Any
 
 from dpaccount._numeric import ZERO, check_count
-from dpaccount.charges import Relation, Repeated
+from dpaccount.charges import GaussianCharge, Relation, Repeated, atoms
 from dpaccount.composition.advanced import (
     THEOREM_ADAPTIVE,
     THEOREM_ADVANCED,
@@ -114,24 +114,24 @@ def _candidates(
     return rules
 
 
-def _prefix_admitted(rule: Rule[Any], plan: Plan, budget: Budget) -> int:
-    """How many of the plan's queries, in order, ``rule`` admits (binary search)."""
+def _prefix_admitted(rule: Rule[Any], runs: list[tuple[Any, int]], budget: Budget) -> int:
+    """How many of the planned queries, in order, ``rule`` admits (binary search)."""
 
     def fits(j: int) -> bool:
         state = rule.start()
         left = j
         try:
-            for cost, n in plan.runs:
+            for charge, n in runs:
                 if left == 0:
                     break
                 take = min(n, left)
-                state = rule.extend(state, Repeated(cost, take))
+                state = rule.extend(state, Repeated(charge, take))
                 left -= take
             return bool(rule.admits(state, budget))
         except (UnsupportedChargeError, InvalidCostError):
             return False
 
-    lo, hi = 0, plan.count
+    lo, hi = 0, sum(n for _, n in runs)
     if fits(hi):
         return hi
     while hi - lo > 1:
@@ -141,6 +141,55 @@ def _prefix_admitted(rule: Rule[Any], plan: Plan, budget: Budget) -> int:
         else:
             hi = mid
     return lo
+
+
+def _tight_filters(runs: list[tuple[Any, int]], budget: Budget, relation: Relation
+                   ) -> list[Rule[Any]]:
+    """The fully adaptive filters of :mod:`dpaccount.accounting` that fit a forecast."""
+    if budget.delta == 0:
+        return []
+    from dpaccount.accounting.rdp import GDPFilterRule, RDPRule
+
+    rules: list[Rule[Any]] = [RDPRule(budget=budget, relation=relation)]
+    if runs and all(isinstance(atom, GaussianCharge)
+                    for charge, _ in runs for atom, _n in atoms(charge)):
+        rules.append(GDPFilterRule(budget=budget))
+    return rules
+
+
+def _charge_runs(plan: Any) -> list[tuple[Any, int]] | None:
+    """The plan as ``(atom, count)`` runs if it holds charges other than PrivacyCost."""
+    if plan is None:
+        return None
+    from dpaccount.accounting.pld import plan_runs
+
+    try:
+        runs = plan_runs(plan)
+    except (ConfigError, InvalidCostError):
+        return None  # not a plan of charges; as_plan reads (or refuses) it
+    if all(isinstance(atom, PrivacyCost) for atom, _ in runs):
+        return None
+    return runs
+
+
+def _choose(rules: list[Rule[Any]], runs: list[tuple[Any, int]], budget: Budget) -> Rule[Any]:
+    """The rule admitting the most of ``runs``; ties to the smallest epsilon, then order."""
+    best: tuple[int, Any, int] | None = None
+    chosen = rules[0]
+    for order, rule in enumerate(rules):
+        admitted = _prefix_admitted(rule, runs, budget)
+        state = rule.start()
+        try:
+            for charge, n in runs:
+                state = rule.extend(state, Repeated(charge, n))
+            epsilon = rule.total(state).epsilon
+        except (UnsupportedChargeError, InvalidCostError):
+            continue
+        key = (-admitted, epsilon, order)
+        if best is None or key < best:
+            best = key
+            chosen = rule
+    return chosen
 
 
 def best_rule(
@@ -154,7 +203,10 @@ def best_rule(
     With a plan, every candidate proven for the declared adaptivity is run over the
     whole plan; the one that admits the most of it wins, ties going to the smallest
     total epsilon (then to the simplest rule). For fully adaptive use the plan is only
-    a forecast and the candidates are basic and the filter.
+    a forecast: the candidates are basic, the filter, the Rényi filter and (for a
+    forecast of plain Gaussian charges) the Gaussian-DP filter, all proven for
+    parameters chosen at run time. Without a forecast it is the filter (basic for a
+    pure-epsilon budget).
 
     Args:
         adaptivity: An :class:`~dpaccount.composition.base.Adaptivity` or its name
@@ -178,35 +230,27 @@ def best_rule(
         )
     level = _as_adaptivity(adaptivity)
     the_budget = _as_budget(budget)
-    try:
-        the_plan = as_plan(plan) if plan is not None else None
-    except ConfigError:
-        # A plan of mechanism charges (Gaussian, Laplace, subsampled) rather than
-        # (epsilon, delta) costs: only the PLD engine reads it.
-        if level is Adaptivity.FULLY_ADAPTIVE:
-            raise
-        from dpaccount.accounting.pld import PLDRule
+    the_relation = Relation(relation)
+    charge_runs = _charge_runs(plan)
+    if charge_runs is not None:
+        # A plan of mechanism charges (Gaussian, Laplace, subsampled), not just
+        # (epsilon, delta) costs: the PLD engine reads it as a declared plan; for fully
+        # adaptive use it is a forecast for choosing among the filters.
+        if level is not Adaptivity.FULLY_ADAPTIVE:
+            from dpaccount.accounting.pld import PLDRule
 
-        return PLDRule(plan=plan, budget=the_budget, relation=Relation(relation))
-    rules = _candidates(level, the_plan, the_budget, Relation(relation))
+            return PLDRule(plan=plan, budget=the_budget, relation=the_relation)
+        rules = _candidates(level, None, the_budget, the_relation)
+        return _choose(rules + _tight_filters(charge_runs, the_budget, the_relation),
+                       charge_runs, the_budget)
+    the_plan = as_plan(plan) if plan is not None else None
+    rules = _candidates(level, the_plan, the_budget, the_relation)
     if the_plan is None:
         return rules[-1]
-    best: tuple[int, Any, int] | None = None
-    chosen = rules[0]
-    for order, rule in enumerate(rules):
-        admitted = _prefix_admitted(rule, the_plan, the_budget)
-        state = rule.start()
-        try:
-            for cost, n in the_plan.runs:
-                state = rule.extend(state, Repeated(cost, n))
-            epsilon = rule.total(state).epsilon
-        except (UnsupportedChargeError, InvalidCostError):
-            continue
-        key = (-admitted, epsilon, order)
-        if best is None or key < best:
-            best = key
-            chosen = rule
-    return chosen
+    runs = [(cost, n) for cost, n in the_plan.runs]
+    if level is Adaptivity.FULLY_ADAPTIVE:
+        rules += _tight_filters(runs, the_budget, the_relation)
+    return _choose(rules, runs, the_budget)
 
 
 def build_rule(name: str, **options: Any) -> Rule[Any]:
