@@ -40,6 +40,7 @@ from dpaccount.errors import (
     LedgerConflictError,
     LedgerCorruptError,
     StorageError,
+    UnreleasableResultError,
     UnsupportedChargeError,
 )
 from dpaccount.ledgers import open_ledger
@@ -88,6 +89,7 @@ __all__ = [
     "Scheme",
     "StorageError",
     "Subsampled",
+    "UnreleasableResultError",
     "UnsupportedChargeError",
     "__version__",
     "aggregates",

@@ -10,6 +10,8 @@ working for invalid input::
     ├── BudgetExceededError(DPAccountError)            .requested .spent .budget
     ├── UnsupportedChargeError(DPAccountError)         a rule or relation cannot compose a charge
     ├── DuplicateQueryError(DPAccountError)            a query_id was already charged; .record
+    ├── UnreleasableResultError(DPAccountError, ValueError)  a query's answer cannot be released
+    │                                                  (names its type/shape/dtype, never its value)
     ├── ConfigError(DPAccountError, ValueError)        invalid configuration (wraps pydantic)
     └── StorageError(DPAccountError)
         ├── LedgerConflictError                        a concurrent writer won; retryable
@@ -39,7 +41,9 @@ __all__ = [
     "LedgerConflictError",
     "LedgerCorruptError",
     "StorageError",
+    "UnreleasableResultError",
     "UnsupportedChargeError",
+    "describe_secret",
     "missing_extra",
 ]
 
@@ -129,6 +133,60 @@ class DuplicateQueryError(DPAccountError):
             "charged again and the query must not be re-run. Use the first answer, or a "
             "new query_id for a new query."
         )
+
+
+def describe_secret(value: Any) -> str:
+    """Name what a possibly secret value *is*, never what it holds.
+
+    Used wherever an un-noised value (a query's answer, a data row) would otherwise end
+    up in an error, a warning, a repr or a log: only the type's qualified name and, for
+    arrays and frames, the shape and dtype are given.
+
+    Examples:
+        >>> describe_secret(42)
+        'int'
+        >>> import numpy as np
+        >>> describe_secret(np.zeros((2, 3)))
+        'numpy.ndarray of shape (2, 3), dtype float64'
+        >>> describe_secret([1, 2, 3])
+        'list of length 3'
+    """
+    kind = type(value)
+    module = kind.__module__
+    name = kind.__qualname__ if module in ("builtins", "__main__") else (
+        f"{module.split('.')[0]}.{kind.__qualname__}"
+    )
+    parts = [name]
+    shape = getattr(value, "shape", None)
+    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+        parts.append(f"of shape {shape}")
+    elif isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
+        parts.append(f"of length {len(value)}")
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and isinstance(getattr(dtype, "name", None), str):
+        parts.append(f"dtype {dtype.name}")
+    text = " ".join(parts[:2])
+    return f"{text}, {parts[2]}" if len(parts) > 2 else text
+
+
+class UnreleasableResultError(DPAccountError, ValueError):
+    """A query returned something its mechanism cannot release.
+
+    Raised after the query ran (so its charge is kept: no refunds). The message and the
+    attributes describe the answer only by its type, shape and dtype (see
+    :func:`describe_secret`); the answer itself is never kept on the error, its
+    arguments, its ``__cause__`` or its ``__context__``.
+
+    Attributes:
+        found: What the answer was, e.g. ``"list of length 5"``.
+        expected: What the mechanism can release, e.g. ``"a finite real number"``.
+    """
+
+    def __init__(self, found: str, expected: str, hint: str = "") -> None:
+        self.found = found
+        self.expected = expected
+        message = f"the query returned {found}; the mechanism releases {expected}"
+        super().__init__(f"{message}. {hint}" if hint else message + ".")
 
 
 class ConfigError(DPAccountError, ValueError):
