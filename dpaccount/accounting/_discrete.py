@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from scipy import fft
 
-from dpaccount.accounting._pairs import Array, Pair
+from dpaccount.accounting._pairs import Array, Pair, UpperPair
 
 
 def _lfilter() -> Any:
@@ -42,7 +42,7 @@ def _lfilter() -> Any:
 
     return lfilter
 
-__all__ = ["DiscretePLD", "from_pair"]
+__all__ = ["DiscretePLD", "from_pair", "upper_from_profile"]
 
 _U = 2.0**-53
 #: Constant of the FFT error bound (Higham 2002, Thm 24.2 gives ~ log2(N) * 5u per
@@ -328,14 +328,29 @@ def from_pair(pair: Pair, interval: float, tail_mass: float, pessimistic: bool) 
         tail_mass: How much P-mass may be left outside the grid on each side.
         pessimistic: Connect-the-dots upper discretisation, or floor-rounded lower one.
     """
+    if pessimistic:
+        return upper_from_profile(pair, interval, tail_mass)
+    i_lo, eps = _loss_grid(pair, interval, tail_mass)
+    return _binned(pair, i_lo, eps.size, interval)
+
+
+def upper_from_profile(pair: UpperPair, interval: float, tail_mass: float) -> DiscretePLD:
+    """The pessimistic (connect-the-dots) discretisation, which needs only a profile.
+
+    Its privacy profile is at least the pair's at every epsilon whatever the grid's
+    range (above the grid the last value becomes mass at +inf; below it the profile is
+    interpolated from delta = 1 at e^eps = 0), so ``tail_mass`` only sets the range.
+    """
+    i_lo, eps = _loss_grid(pair, interval, tail_mass)
+    return _connect_dots(pair, eps, i_lo, interval)
+
+
+def _loss_grid(pair: UpperPair, interval: float, tail_mass: float) -> tuple[int, Array]:
     low, high = pair.loss_range(tail_mass)
     i_lo, i_hi = _grid(low, high, interval)
     if i_hi <= i_lo:
         i_hi = i_lo + 1
-    eps = np.arange(i_lo, i_hi + 1, dtype=np.float64) * interval
-    if pessimistic:
-        return _connect_dots(pair, eps, i_lo, interval)
-    return _binned(pair, i_lo, eps.size, interval)
+    return i_lo, np.arange(i_lo, i_hi + 1, dtype=np.float64) * interval
 
 
 #: A loss within this fraction of a grid step below a grid point counts as on it (so
@@ -387,7 +402,7 @@ def _binned(pair: Pair, i_lo: int, size: int, interval: float) -> DiscretePLD:
     return DiscretePLD(interval, i_lo, probs, pair.infinity_mass, error, False)
 
 
-def _connect_dots(pair: Pair, eps: Array, i_lo: int, interval: float) -> DiscretePLD:
+def _connect_dots(pair: UpperPair, eps: Array, i_lo: int, interval: float) -> DiscretePLD:
     """The connect-the-dots construction (Doroshenko et al. 2022), overflow-free.
 
     With delta_i the profile at eps_i and x_i = e^{eps_i}, the interpolating profile has

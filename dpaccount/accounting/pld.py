@@ -24,10 +24,15 @@ Mechanisms: Gaussian (sigma, sensitivity), Laplace (scale, sensitivity), any
 (epsilon, delta) guarantee through its dominating pair (Kairouz, Oh and Viswanath 2015,
 Thm 2.4: the randomized response pair; composing those gives the optimal composition of
 the declared plan), Poisson-subsampled Gaussian and Laplace under add/remove (both the
-remove and the add direction are composed; the result is the larger of the two), and
-without-replacement-subsampled Gaussian and Laplace under substitution (Zhu, Dong and
-Wang 2022, "Optimal accounting of differential privacy via characteristic function",
-AISTATS: their Poisson and without-replacement subsampling results). Gaussians
+remove and the add direction are composed; the result is the larger of the two: the
+direction is the same at every step, Zhu, Dong and Wang 2022, "Optimal accounting of
+differential privacy via characteristic function", AISTATS), and
+without-replacement-subsampled Gaussian and Laplace under substitution. For the latter the
+analyst may choose at every step which of the two orders the differing records take, so
+each step uses one pair whose profile is the maximum of both orders' profiles
+(:class:`~dpaccount.accounting._pairs.SymmetrisedPair`; Lebeda, Regehr, Kamath and
+Steinke 2024, arXiv:2405.20769, on why composing each order on its own is unsound there;
+ZDW 2022, Thm 10, for the adaptive composition of dominating pairs). Gaussians
 without subsampling are composed exactly first: k Gaussians of noise multipliers s_i
 are one Gaussian of mu = sqrt(sum 1/s_i^2) (Dong, Roth and Su 2019, Cor. 3.3).
 
@@ -64,7 +69,7 @@ from dpaccount._numeric import (
     float_up,
     up,
 )
-from dpaccount.accounting._discrete import DiscretePLD, from_pair
+from dpaccount.accounting._discrete import DiscretePLD, from_pair, upper_from_profile
 from dpaccount.accounting._pairs import (
     MAX_DISCRETE_TERMS,
     DiscreteGaussianPair,
@@ -75,6 +80,7 @@ from dpaccount.accounting._pairs import (
     RandomizedResponsePair,
     SubsampledGaussianPair,
     SubsampledLaplacePair,
+    SymmetrisedPair,
 )
 from dpaccount.charges import (
     SCHEME_RELATION,
@@ -87,6 +93,7 @@ from dpaccount.charges import (
     Parallel,
     Relation,
     Repeated,
+    Scheme,
     Subsampled,
     atoms,
     cost_of,
@@ -129,8 +136,10 @@ def _check_tail(value: Any) -> float:
 class _Directions:
     """The four discretisations of one privacy loss distribution.
 
-    ``remove``/``add`` are the two orders of an add/remove (or substitution) pair; for a
-    symmetric mechanism they are the same object and composed once.
+    ``remove``/``add`` are the two orders of an add/remove pair; where one discretisation
+    serves both orders (a symmetric mechanism, or the symmetrised upper bound of
+    sampling without replacement) the two fields hold the same object, composed once.
+    The upper and the lower ends are symmetric or not independently.
     """
 
     upper_remove: DiscretePLD
@@ -141,6 +150,10 @@ class _Directions:
     @property
     def symmetric(self) -> bool:
         return self.upper_remove is self.upper_add
+
+    @property
+    def lower_symmetric(self) -> bool:
+        return self.lower_remove is self.lower_add
 
 
 class PrivacyLossDistribution:
@@ -188,36 +201,65 @@ class PrivacyLossDistribution:
         return cls(_Directions(up_r, up_a, low_r, low_a), interval, tail_mass)
 
     @classmethod
+    def _from_either_order(
+        cls, first: Pair, second: Pair, interval: float, tail_mass: float, lower: bool
+    ) -> PrivacyLossDistribution:
+        """One step whose order the analyst may choose: upper bound from both orders.
+
+        The upper end is the connect-the-dots discretisation of the pointwise maximum
+        of the two orders' profiles (:class:`SymmetrisedPair`), so it composes validly
+        when the order changes from step to step. The lower end composes each order on
+        its own: an analyst who keeps one order throughout attains it.
+        """
+        upper = upper_from_profile(SymmetrisedPair(first, second), interval, tail_mass)
+        low_1 = from_pair(first, interval, tail_mass, pessimistic=False) if lower else None
+        low_2 = from_pair(second, interval, tail_mass, pessimistic=False) if lower else None
+        return cls(_Directions(upper, upper, low_1, low_2), interval, tail_mass)
+
+    @classmethod
+    def _subsampled(
+        cls, remove: Pair, add: Pair, scheme: Scheme, interval: float, tail: float,
+        lower: bool,
+    ) -> PrivacyLossDistribution:
+        if scheme is Scheme.WITHOUT_REPLACEMENT:
+            return cls._from_either_order(remove, add, interval, tail, lower)
+        return cls._from_pairs(remove, add, interval, tail, lower)
+
+    @classmethod
     def gaussian(
         cls,
         sigma: Any,
         sensitivity: Any = 1,
         *,
         sampling_rate: Any = 1,
+        scheme: Scheme | str = Scheme.POISSON,
         value_discretization_interval: Any = DEFAULT_INTERVAL,
         tail_mass: Any = DEFAULT_TAIL_MASS,
         lower: bool = True,
     ) -> PrivacyLossDistribution:
-        """The PLD of a Gaussian mechanism, optionally Poisson-subsampled.
+        """The PLD of a Gaussian mechanism, optionally subsampled.
 
         Args:
             sigma: Noise standard deviation, > 0.
             sensitivity: L2 sensitivity, > 0.
-            sampling_rate: Poisson sampling rate in (0, 1] (add/remove neighbours), or
-                the without-replacement rate under substitution (same pairs).
+            sampling_rate: The sampling rate in (0, 1].
+            scheme: ``"poisson"`` (add/remove neighbours; each direction composed on its
+                own) or ``"without_replacement"`` (substitution neighbours; one pair
+                dominating both orders, valid when the order changes between steps).
             value_discretization_interval: Grid spacing of the loss (accuracy).
             tail_mass: Mass truncated per tail (added to delta in the upper bound).
             lower: Also build the optimistic discretisation; without it (about half
                 the work) the lower end of every result is reported as 0.
         """
         mu = _mu(check_positive(sigma, "sigma"), check_positive(sensitivity, "sensitivity"))
-        rate = _rate(sampling_rate)
+        rate, the_scheme = _rate(sampling_rate), _scheme(scheme)
         interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
         if rate >= 1:
             return cls._from_pairs(GaussianPair(mu), None, interval, tail, lower)
-        return cls._from_pairs(
+        return cls._subsampled(
             SubsampledGaussianPair(mu, rate, remove=True),
             SubsampledGaussianPair(mu, rate, remove=False),
+            the_scheme,
             interval,
             tail,
             lower,
@@ -230,6 +272,7 @@ class PrivacyLossDistribution:
         sensitivity: Any = 1,
         *,
         sampling_rate: Any = 1,
+        scheme: Scheme | str = Scheme.POISSON,
         value_discretization_interval: Any = DEFAULT_INTERVAL,
         tail_mass: Any = DEFAULT_TAIL_MASS,
         lower: bool = True,
@@ -237,13 +280,14 @@ class PrivacyLossDistribution:
         """The PLD of a Laplace mechanism, optionally subsampled (see :meth:`gaussian`)."""
         scale_f = check_positive(scale, "scale")
         e0 = float_up(check_positive(sensitivity, "sensitivity") / scale_f)
-        rate = _rate(sampling_rate)
+        rate, the_scheme = _rate(sampling_rate), _scheme(scheme)
         interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
         if rate >= 1:
             return cls._from_pairs(LaplacePair(e0), None, interval, tail, lower)
-        return cls._from_pairs(
+        return cls._subsampled(
             SubsampledLaplacePair(e0, rate, remove=True),
             SubsampledLaplacePair(e0, rate, remove=False),
+            the_scheme,
             interval,
             tail,
             lower,
@@ -387,11 +431,13 @@ class PrivacyLossDistribution:
             inner = charge.charge
             if isinstance(inner, GaussianCharge):
                 return cls.gaussian(
-                    inner.sigma, inner.sensitivity, sampling_rate=charge.rate, **options
+                    inner.sigma, inner.sensitivity, sampling_rate=charge.rate,
+                    scheme=charge.scheme, **options,
                 )
             if isinstance(inner, LaplaceCharge):
                 return cls.laplace(
-                    inner.scale, inner.sensitivity, sampling_rate=charge.rate, **options
+                    inner.scale, inner.sensitivity, sampling_rate=charge.rate,
+                    scheme=charge.scheme, **options,
                 )
         if isinstance(charge, Parallel) and charge.relation is not rel:
             raise UnsupportedChargeError(
@@ -425,13 +471,15 @@ class PrivacyLossDistribution:
         tail = min(self.tail_mass, other.tail_mass)
         a, b = self._d, other._d
         up_r = a.upper_remove.compose(b.upper_remove, tail)
+        up_a = (
+            up_r if a.symmetric and b.symmetric else a.upper_add.compose(b.upper_add, tail)
+        )
         low_r = _lower_op(a.lower_remove, b.lower_remove, tail)
-        if a.symmetric and b.symmetric:
-            return PrivacyLossDistribution(
-                _Directions(up_r, up_r, low_r, low_r), self.interval, tail
-            )
-        up_a = a.upper_add.compose(b.upper_add, tail)
-        low_a = _lower_op(a.lower_add, b.lower_add, tail)
+        low_a = (
+            low_r
+            if a.lower_symmetric and b.lower_symmetric
+            else _lower_op(a.lower_add, b.lower_add, tail)
+        )
         return PrivacyLossDistribution(
             _Directions(up_r, up_a, low_r, low_a), self.interval, tail
         )
@@ -444,13 +492,12 @@ class PrivacyLossDistribution:
             return self
         d, tail = self._d, self.tail_mass
         up_r = d.upper_remove.self_compose(count, tail)
+        up_a = up_r if d.symmetric else d.upper_add.self_compose(count, tail)
         low_r = None if d.lower_remove is None else d.lower_remove.self_compose(count, tail)
-        if d.symmetric:
-            return PrivacyLossDistribution(
-                _Directions(up_r, up_r, low_r, low_r), self.interval, tail
-            )
-        up_a = d.upper_add.self_compose(count, tail)
-        low_a = None if d.lower_add is None else d.lower_add.self_compose(count, tail)
+        if d.lower_symmetric:
+            low_a = low_r
+        else:
+            low_a = None if d.lower_add is None else d.lower_add.self_compose(count, tail)
         return PrivacyLossDistribution(
             _Directions(up_r, up_a, low_r, low_a), self.interval, tail
         )
@@ -463,7 +510,7 @@ class PrivacyLossDistribution:
 
     def _lowers(self) -> tuple[DiscretePLD, ...]:
         d = self._d
-        found = (d.lower_remove,) if d.symmetric else (d.lower_remove, d.lower_add)
+        found = (d.lower_remove,) if d.lower_symmetric else (d.lower_remove, d.lower_add)
         return tuple(p for p in found if p is not None)
 
     def epsilon(self, delta: Any) -> tuple[Fraction, Fraction | None]:
@@ -501,6 +548,15 @@ def _lower_op(
 
 def _mu(sigma: Fraction, sensitivity: Fraction) -> float:
     return float_up(sensitivity / sigma)
+
+
+def _scheme(value: Any) -> Scheme:
+    try:
+        return Scheme(value)
+    except ValueError:
+        raise ConfigError(
+            f"unknown sampling scheme {value!r}; use 'poisson' or 'without_replacement'"
+        ) from None
 
 
 def _rate(value: Any) -> float:
