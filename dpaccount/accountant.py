@@ -27,7 +27,7 @@ import attrs
 
 from dpaccount._numeric import check_count
 from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
-from dpaccount.charges import Charge, Relation, Repeated, cost_of, relation_of
+from dpaccount.charges import Charge, Relation, Repeated, check_relations, cost_of
 from dpaccount.composition import RELATION_RULES, BasicRule, Rule, make_rule, max_queries
 from dpaccount.costs import Budget, PrivacyCost, format_number
 from dpaccount.errors import (
@@ -38,7 +38,6 @@ from dpaccount.errors import (
     InvalidCostError,
     LedgerConflictError,
     LedgerCorruptError,
-    UnsupportedChargeError,
 )
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerMeta, LedgerRecord
@@ -396,13 +395,7 @@ class Accountant:
                 charge,
                 "expected a PrivacyCost, a charge from dpaccount.charges, or a mechanism",
             )
-        needed = relation_of(charge)
-        if needed is not None and needed is not self._relation:
-            raise UnsupportedChargeError(
-                f"this charge is stated for {needed.value} neighbours, but the ledger uses "
-                f"{self._relation.value}; declare the charge for {self._relation.value} "
-                "(or use a sampling scheme proven for it)"
-            )
+        check_relations(charge, self._relation)
         return charge
 
     def _append_within_sums(

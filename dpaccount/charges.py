@@ -51,6 +51,7 @@ __all__ = [
     "Scheme",
     "Subsampled",
     "atoms",
+    "check_relations",
     "cost_of",
     "describe",
     "relation_of",
@@ -422,6 +423,82 @@ def relation_of(charge: Charge) -> Relation | None:
             return atom.relation
     return None
 
+
+
+def _level_name(charge: Charge) -> str:
+    if isinstance(charge, Subsampled):
+        return f"Subsampled({charge.scheme.value})"
+    if isinstance(charge, Parallel):
+        return f"Parallel({charge.relation.value})"
+    return type(charge).__name__
+
+
+def _relations_text(relations: frozenset[Relation]) -> str:
+    return " and ".join(sorted(r.value for r in relations))
+
+
+def check_relations(charge: Charge, relation: Relation | str) -> None:
+    """Check that every level of a charge tree meets its theorem's hypotheses.
+
+    Each level's guarantee must hold for the neighbouring relation(s) its parent (or the
+    ledger, at the top) needs, and each level passes on what its theorem needs of the
+    level below:
+
+    * :class:`Subsampled`, Poisson: proven for add/remove neighbours only, and needs an
+      inner mechanism that is DP under add/remove on the subsample (Balle, Barthe and
+      Gaboardi 2018, Thm 8).
+    * :class:`Subsampled`, without replacement: proven for substitution only, and needs
+      an inner mechanism that is DP under substitution on the subsample (BBG 2018, Thm 9).
+    * :class:`Parallel` under add/remove (McSherry 2009, Thm 4): one record is added to
+      or removed from one partition, so each part must be DP under add/remove.
+    * :class:`Parallel` under substitution: a changed record either stays in its
+      partition (a substitution there) or moves between two (a removal from one and an
+      addition to the other), so each part must be DP under *both* relations.
+    * :class:`Repeated`: the same as its inner charge.
+    * A plain cost or mechanism charge states no relation of its own: it is the
+      caller's claim, for whatever relation its level needs.
+
+    Args:
+        charge: The charge tree.
+        relation: The ledger's relation (what the whole charge must hold for).
+
+    Raises:
+        UnsupportedChargeError: Naming the first level (1 = the charge itself) whose
+            theorem does not cover what its parent needs.
+
+    Examples:
+        >>> inner = Subsampled(PrivacyCost(0), "0.5", "without_replacement")
+        >>> check_relations(Subsampled(inner, "0.5", "poisson"), "add_remove")
+        Traceback (most recent call last):
+        ...
+        dpaccount.errors.UnsupportedChargeError: level 2 of this charge, ...
+    """
+    _check_level(charge, frozenset({Relation(relation)}), 1, "the ledger")
+
+
+def _check_level(charge: Charge, needed: frozenset[Relation], level: int, parent: str) -> None:
+    own: Relation | None = None
+    below = needed
+    if isinstance(charge, Subsampled):
+        own = charge.relation
+        below = frozenset({own})
+    elif isinstance(charge, Parallel):
+        own = charge.relation
+        below = frozenset(Relation) if own is Relation.SUBSTITUTION else frozenset({own})
+    if own is not None and needed != {own}:
+        raise UnsupportedChargeError(
+            f"level {level} of this charge, {_level_name(charge)}, is proven for "
+            f"{own.value} neighbours only, but {parent} needs a guarantee for "
+            f"{_relations_text(needed)}. Build the charge so that every level's theorem "
+            "covers the relation above it (Poisson subsampling and add/remove parallel "
+            "parts under add/remove; sampling without replacement under substitution)."
+        )
+    name = _level_name(charge)
+    if isinstance(charge, (Subsampled, Repeated)):
+        _check_level(charge.charge, below, level + 1, f"level {level} ({name})")
+    elif isinstance(charge, Parallel):
+        for part in charge.partitions:
+            _check_level(part, below, level + 1, f"level {level} ({name})")
 
 
 def describe(charge: Charge) -> str:
