@@ -434,9 +434,16 @@ def _target_delta(target_delta: Any, budget: Budget | None, name: str) -> Fracti
 
 @attrs.frozen(eq=False)
 class RDPState:
-    """Exact running sums of RDP at the rule's orders, in units of 2^-52 (Python ints)."""
+    """Exact running sums of RDP at the rule's orders, in units of 2^-52 (Python ints).
+
+    With a declared plan (``adaptive=False``) also the runs used of each planned charge
+    and the exact basic sums of what has run.
+    """
 
     rdp: npt.NDArray[np.object_]
+    used: tuple[int, ...] = ()
+    epsilon: Fraction = Fraction(0)
+    delta: Fraction = Fraction(0)
 
     def as_float(self) -> Array:
         """The sums as floats, rounded up."""
@@ -461,18 +468,28 @@ class RDPRule(Rule[RDPState]):
       divergence splits into one term per order and the target delta is split evenly
       among the orders (this combination is our argument, written out in
       docs/tight-accounting.md). Use few orders (:data:`FILTER_ORDERS`).
-    * ``adaptive=False``, ``ADAPTIVE_MECHANISMS``: plain RDP composition (Mironov 2017,
-      Prop. 1) over a dense grid, minimised over the order, for a fixed sequence of
-      parameters.
+    * ``adaptive=False``, ``ADAPTIVE_MECHANISMS``: RDP composition (Mironov 2017,
+      Prop. 1) of a **declared plan** over a dense grid, minimised over the order. The
+      plan (charges with multiplicities, run in any order) is required, and a charge
+      outside it, or beyond its declared count, is refused, like every fixed-plan rule.
+      Since the order of the planned charges may depend on earlier answers, what is
+      certified is the whole plan's epsilon (at every order the sum over any prefix is
+      at most the plan's, so Feldman and Zrnic 2021, Thm 3.1, with the plan's sums as
+      the budget, covers it) or basic composition of what has run, whichever is
+      smaller, as for :class:`~dpaccount.accounting.pld.PLDRule`.
 
     Args:
         target_delta: The delta at which epsilon is reported and checked; default the
             budget's.
         budget: The ledger's budget (only for the default ``target_delta``).
-        plan: Ignored (accepted from the accountant).
+        plan: The declared plan, required with ``adaptive=False`` (``(charge, k)``, a
+            list of charges and ``(charge, k)`` pairs); ignored by the filter.
         orders: The grid (default :data:`FILTER_ORDERS` or :data:`DEFAULT_ORDERS`).
         adaptive: Filter mode (see above).
         relation: The ledger's neighbouring relation.
+
+    Raises:
+        ConfigError: ``adaptive=False`` without a plan.
 
     Examples:
         >>> from dpaccount.charges import GaussianCharge
@@ -480,6 +497,11 @@ class RDPRule(Rule[RDPState]):
         >>> g = GaussianCharge(sigma=10, sensitivity=1, epsilon=1)
         >>> state = rule.add(rule.start(), g, 100)
         >>> 5.0 < float(rule.total(state).epsilon) < 6.0
+        True
+        >>> planned = RDPRule(target_delta="1e-5", adaptive=False, plan=(g, 100))
+        >>> planned.total(planned.add(planned.start(), g, 1)).epsilon   # basic is smaller
+        Fraction(1, 1)
+        >>> 4.6 < float(planned.total(planned.add(planned.start(), g, 100)).epsilon) < 4.8
         True
     """
 
@@ -500,7 +522,6 @@ class RDPRule(Rule[RDPState]):
         adaptive: bool = True,
         relation: Relation | str = Relation.ADD_REMOVE,
     ) -> None:
-        del plan  # a filter needs no plan; accepted so the accountant can pass it
         self.target_delta = _target_delta(target_delta, budget, self.name)
         if self.target_delta == 0:
             raise ConfigError("the rdp rule needs target_delta > 0")
@@ -514,15 +535,62 @@ class RDPRule(Rule[RDPState]):
         self._orders = np.array(self.orders, dtype=np.float64)
         self._delta = float_down(self.target_delta)
         self._split = self._delta / len(self.orders) if adaptive else self._delta
+        self._items: list[tuple[Atom, int]] = []
+        self._plan_total: PrivacyCost | None = None
+        if not self.adaptive:
+            self._set_plan(plan)
+
+    def _set_plan(self, plan: Any) -> None:
+        from dpaccount.accounting.pld import _as_charges, _plan_items
+
+        if plan is None:
+            raise ConfigError(
+                "the rdp rule with adaptive=False is proven for a declared plan (Renyi "
+                "composition needs the parameters fixed in advance): pass plan=(charge, k) "
+                "or a list of charges, or use adaptive=True (a Renyi filter) for "
+                "parameters chosen at run time"
+            )
+        self._items = _plan_items(_as_charges(plan))
+        self._index = {atom: i for i, (atom, _count) in enumerate(self._items)}
+        self._costs = [cost_of(atom) for atom, _count in self._items]
+        whole = np.array([0] * len(self.orders), dtype=object)
+        for atom, count in self._items:
+            whole = whole + _atom_vector(atom, self.orders, self.relation) * count
+        self._plan_total = self.total(RDPState(whole))
 
     def start(self) -> RDPState:
-        return RDPState(np.array([0] * len(self.orders), dtype=object))
+        zeros = np.array([0] * len(self.orders), dtype=object)
+        return RDPState(zeros, (0,) * len(self._items))
 
     def add(self, state: RDPState, atom: Atom, count: int) -> RDPState:
         vector = _atom_vector(atom, self.orders, self.relation)
         total = state.rdp + vector * count
         total.setflags(write=False)
-        return RDPState(total)
+        if self.adaptive:
+            return RDPState(total)
+        try:
+            index = self._index.get(atom)
+        except TypeError:  # unhashable: certainly not a planned charge
+            index = None
+        if index is None:
+            raise UnsupportedChargeError(
+                f"{atom!r} is not in the declared plan of the rdp rule with adaptive=False "
+                "(a fixed-plan rule cannot take parameters chosen at run time; use "
+                "adaptive=True, a Renyi filter)"
+            )
+        used = state.used[index] + count
+        if used > self._items[index][1]:
+            raise UnsupportedChargeError(
+                f"the declared plan of {self._items[index][1]} runs of {atom!r} is used up "
+                f"({used} requested); a fixed-plan rule cannot take charges outside its plan"
+            )
+        cost = self._costs[index]
+        return RDPState(
+            total,
+            (*state.used[:index], used, *state.used[index + 1 :]),
+            state.epsilon + cost.epsilon * count,
+            state.delta + cost.delta * count,
+        )
 
     def remaining(self, state: RDPState, budget: Budget, k: int) -> Budget:
         """The largest pure epsilon such that ``k`` more charges of it are admitted.
@@ -556,6 +624,12 @@ class RDPRule(Rule[RDPState]):
     def total(self, state: RDPState) -> PrivacyCost:
         if not any(state.rdp):
             return _trusted(Fraction(0), Fraction(0))
+        plan = self._plan_total
+        if plan is not None and any(state.used):
+            basic = state.delta < 1
+            if basic and state.epsilon <= plan.epsilon and state.delta <= plan.delta:
+                return _trusted(state.epsilon, state.delta)
+            return plan
         eps = self._epsilon(state.as_float(), self._split)
         if math.isinf(eps):
             raise InvalidCostError("epsilon", eps, "the Renyi sums overflowed")
@@ -577,6 +651,7 @@ class RDPRule(Rule[RDPState]):
             "orders": list(self.orders),
             "adaptive": self.adaptive,
             "relation": self.relation.value,
+            **({"plan": [[repr(a), n] for a, n in self._items]} if self._items else {}),
         }
 
 
@@ -615,7 +690,6 @@ class GDPFilterRule(Rule[GDPState]):
     def __init__(
         self, target_delta: Any = None, *, budget: Budget | None = None, plan: Any = None
     ) -> None:
-        del plan  # a filter needs no plan; accepted so the accountant can pass it
         self.target_delta = _target_delta(target_delta, budget, self.name)
         if self.target_delta == 0:
             raise ConfigError("the gdp rule needs target_delta > 0")

@@ -130,7 +130,7 @@ def test_hundred_gaussians_rdp_vs_gdp() -> None:
 def test_rdp_rule_repeated_equals_separate_and_filter_is_costlier(sigma: float, k: int) -> None:
     charge = GaussianCharge(sigma, 1, 1)
     for adaptive in (True, False):
-        rule = RDPRule(target_delta="1e-6", adaptive=adaptive)
+        rule = RDPRule(target_delta="1e-6", adaptive=adaptive, plan=(charge, k))
         once = rule.extend(rule.start(), Repeated(charge, k))
         separate = rule.start()
         for _ in range(k):
@@ -139,15 +139,15 @@ def test_rdp_rule_repeated_equals_separate_and_filter_is_costlier(sigma: float, 
             float(rule.total(separate).epsilon), rel=1e-9
         )
     filt = RDPRule(target_delta="1e-6", adaptive=True)
-    plain = RDPRule(target_delta="1e-6", adaptive=False)
+    plain = RDPRule(target_delta="1e-6", adaptive=False, plan=(charge, k))
     e_filter = filt.total(filt.extend(filt.start(), Repeated(charge, k))).epsilon
     e_plain = plain.total(plain.extend(plain.start(), Repeated(charge, k))).epsilon
     assert e_filter >= e_plain
 
 
 def test_rdp_rule_admits_and_refuses() -> None:
-    rule = RDPRule(target_delta="1e-5", adaptive=False)
     step = Subsampled(GaussianCharge("1.1", 1, 1), rate=256 / 60000, scheme=Scheme.POISSON)
+    rule = RDPRule(target_delta="1e-5", adaptive=False, plan=(step, 14063))
     state = rule.extend(rule.start(), Repeated(step, 14063))
     total = rule.total(state)
     # the reference: 2.60 by RDP (dp_accounting's RDP accountant gives 2.5967)
@@ -185,3 +185,24 @@ def test_gdp_filter_rule() -> None:
     assert not rule.admits(state, Budget(91, "1e-5"))
     with pytest.raises(UnsupportedChargeError):
         rule.extend(state, LaplaceCharge(1, 1))
+
+
+def test_rdp_without_adaptivity_refuses_run_time_sigmas() -> None:
+    # The review's example: sigma = 5, 3, 8, 4 chosen at run time were all admitted by
+    # rdp(adaptive=False), whose theorem needs them fixed in advance.
+    from dpaccount import Accountant, Budget
+    from dpaccount.errors import UnsupportedChargeError
+
+    planned = GaussianCharge(5, 1, 1)
+    acct = Accountant(Budget(10, "1e-5"), rule="rdp",
+                      rule_options={"adaptive": False}, plan=[(planned, 4)])
+    acct.charge(planned)
+    for sigma in (3, 8, 4):
+        with pytest.raises(UnsupportedChargeError, match="declared plan"):
+            acct.charge(GaussianCharge(sigma, 1, 1))
+    assert len(acct.records) == 1
+    # The filter mode takes them: it is proven for parameters chosen at run time.
+    filt = Accountant(Budget(10, "1e-5"), rule="rdp")
+    for sigma in (5, 3, 8, 4):
+        filt.charge(GaussianCharge(sigma, 1, 1))
+    assert len(filt.records) == 4

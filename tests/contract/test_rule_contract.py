@@ -234,10 +234,41 @@ class TestRDPFilterRule(RuleContract):
 
 
 class TestRDPCompositionRule(RuleContract):
+    fixed_plan = True
+
     def make(self) -> Rule[Any]:
         from dpaccount.accounting import RDPRule
 
-        return RDPRule(budget=BUDGET, adaptive=False)
+        return RDPRule(budget=BUDGET, adaptive=False, plan=PLAN)
+
+    def test_remaining_is_admitted(self) -> None:
+        rule = self.make()
+        with pytest.raises(UnsupportedChargeError):  # only planned charges are accepted
+            rule.remaining(rule.start(), BUDGET, 5)
+
+
+class TestRDPPlan(FixedPlanContract):
+    """``rdp`` with ``adaptive=False`` holds a declared plan (issue: soundness, item 3)."""
+
+    def make(self) -> Rule[Any]:
+        from dpaccount.accounting import RDPRule
+
+        return RDPRule(budget=BUDGET, adaptive=False, plan=PLAN)
+
+    def test_refuses_past_the_end(self) -> None:
+        rule = self.make()
+        state = rule.extend(rule.start(), Repeated(UNIT, 500))
+        with pytest.raises(UnsupportedChargeError, match="plan of 500"):
+            rule.extend(state, UNIT)
+        with pytest.raises(UnsupportedChargeError):
+            rule.extend(rule.start(), Repeated(UNIT, 501))
+
+    def test_needs_a_plan(self) -> None:
+        from dpaccount.accounting import RDPRule
+        from dpaccount.errors import ConfigError
+
+        with pytest.raises(ConfigError, match="declared plan"):
+            RDPRule(budget=BUDGET, adaptive=False)
 
 
 class TestGDPFilterRule(RuleContract):
