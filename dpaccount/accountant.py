@@ -29,6 +29,7 @@ from dpaccount._numeric import check_count
 from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
 from dpaccount.charges import Charge, Relation, Repeated, check_relations, cost_of
 from dpaccount.composition import RELATION_RULES, BasicRule, Rule, make_rule, max_queries
+from dpaccount.composition.base import SpentMeaning
 from dpaccount.costs import Budget, PrivacyCost, format_number
 from dpaccount.errors import (
     BudgetExceededError,
@@ -160,6 +161,14 @@ class Accountant:
         self._rule, meta = ledger_settings(
             name, self._budget, rule, relation, plan, rule_options, dataset_size
         )
+        if self._budget.epsilon is None and self._rule.spent_meaning is SpentMeaning.FILTER:
+            raise ConfigError(
+                f"the {self._rule.name!r} rule is a privacy filter: what it certifies is its "
+                "budget, and with an unlimited budget there is nothing to certify (a running "
+                "total under run-time parameters would be a privacy odometer, which this "
+                "rule's theorem does not cover). Give a finite budget, or use rule='basic' "
+                "to track spending without a limit."
+            )
         self._relation = meta.relation
         self._store: Store = store if store is not None else MemoryStore()
         # A shared store that can decide the basic rule on its own sums avoids lost
@@ -200,6 +209,11 @@ class Accountant:
         return self._rule
 
     @property
+    def spent_meaning(self) -> SpentMeaning:
+        """What :attr:`spent` is a guarantee of under this ledger's rule."""
+        return self._rule.spent_meaning
+
+    @property
     def relation(self) -> Relation:
         """The neighbouring relation every charge is stated for."""
         return self._relation
@@ -211,7 +225,12 @@ class Accountant:
 
     @property
     def spent(self) -> PrivacyCost:
-        """The composed total of every recorded charge (a proven upper bound)."""
+        """The composed total of every recorded charge under the rule.
+
+        What it is a guarantee of depends on the rule (:attr:`spent_meaning`): for a
+        privacy filter, the value it certifies against its finite budget; for ``basic``
+        the exact sums; for a fixed-plan rule the bound for the declared plan.
+        """
         with self._lock:
             self._catch_up()
             return self._rule.total(self._state)

@@ -69,7 +69,7 @@ from dpaccount.charges import (
     Subsampled,
     cost_of,
 )
-from dpaccount.composition.base import Adaptivity, Rule
+from dpaccount.composition.base import Adaptivity, Rule, SpentMeaning
 from dpaccount.costs import Budget, PrivacyCost, _trusted
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 
@@ -531,6 +531,7 @@ class RDPRule(Rule[RDPState]):
             raise ConfigError("the rdp rule needs at least one order")
         self.adaptive = bool(adaptive)
         self.adaptivity = Adaptivity.FULLY_ADAPTIVE if adaptive else Adaptivity.ADAPTIVE_MECHANISMS
+        self.spent_meaning = SpentMeaning.FILTER if adaptive else SpentMeaning.PLAN
         self.relation = Relation(relation)
         self._orders = np.array(self.orders, dtype=np.float64)
         self._delta = float_down(self.target_delta)
@@ -685,6 +686,7 @@ class GDPFilterRule(Rule[GDPState]):
 
     name = "gdp"
     adaptivity = Adaptivity.FULLY_ADAPTIVE
+    spent_meaning = SpentMeaning.FILTER
     theorem = "Smith and Thakurta 2022, Thm 1.1 (fully adaptive Gaussian-DP filter)"
 
     def __init__(

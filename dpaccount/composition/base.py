@@ -15,7 +15,7 @@ from dpaccount.charges import Atom, Charge, atoms
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import UnsupportedChargeError
 
-__all__ = ["Adaptivity", "Rule"]
+__all__ = ["Adaptivity", "Rule", "SpentMeaning"]
 
 State = TypeVar("State")
 
@@ -38,6 +38,29 @@ class Adaptivity(enum.IntEnum):
     FULLY_ADAPTIVE = 3
 
 
+class SpentMeaning(enum.StrEnum):
+    """What a rule's ``total`` (the accountant's ``spent``) is a guarantee *of*.
+
+    ``FILTER``: the value a privacy filter certifies against its **finite** budget. The
+    filter theorems (Whitehouse, Ramdas, Rogers and Wu 2023; Feldman and Zrnic 2021;
+    Smith and Thakurta 2022) prove that the whole interaction, stopped by the filter, is
+    within the budget; they make no claim about the running value on its own when
+    parameters are chosen at run time (that would be a privacy odometer, Rogers, Roth,
+    Ullman and Vadhan 2016, which needs its own theorem). Filters therefore refuse an
+    unlimited budget.
+    ``SUM``: basic composition's exact sums. Against a finite budget it is a filter
+    (Rogers et al. 2016); with an unlimited budget it is a running total, a valid
+    ex-post bound for pure-epsilon charges (each step's privacy loss is at most its own
+    epsilon), and bookkeeping, not a cited odometer, when deltas are positive.
+    ``PLAN``: a fixed-plan theorem's bound for the declared plan (or the part of it that
+    has run, where the theorem covers prefixes).
+    """
+
+    FILTER = "filter"
+    SUM = "sum"
+    PLAN = "plan"
+
+
 class Rule(abc.ABC, Generic[State]):
     """A composition rule: how a ledger's charges add up to a guarantee.
 
@@ -52,6 +75,8 @@ class Rule(abc.ABC, Generic[State]):
     adaptivity: Adaptivity
     #: The citation (paper, year, theorem number).
     theorem: str
+    #: What ``total`` (the accountant's ``spent``) is a guarantee of.
+    spent_meaning: SpentMeaning = SpentMeaning.PLAN
 
     @abc.abstractmethod
     def start(self) -> State:

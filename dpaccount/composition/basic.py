@@ -8,7 +8,7 @@ from fractions import Fraction
 import attrs
 
 from dpaccount.charges import Atom, Charge, cost_of
-from dpaccount.composition.base import Adaptivity, Rule
+from dpaccount.composition.base import Adaptivity, Rule, SpentMeaning
 from dpaccount.costs import Budget, PrivacyCost, _trusted
 from dpaccount.errors import InvalidCostError
 
@@ -46,6 +46,7 @@ class BasicRule(Rule[BasicState]):
 
     name = "basic"
     adaptivity = Adaptivity.FULLY_ADAPTIVE
+    spent_meaning = SpentMeaning.SUM
     theorem = _THEOREM
 
     def start(self) -> BasicState:

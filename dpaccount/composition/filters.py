@@ -34,7 +34,7 @@ import attrs
 from dpaccount._numeric import ZERO, float_up, up
 from dpaccount.charges import Atom, cost_of
 from dpaccount.composition.advanced import check_slack, log_inv_up
-from dpaccount.composition.base import Adaptivity, Rule
+from dpaccount.composition.base import Adaptivity, Rule, SpentMeaning
 from dpaccount.composition.planning import as_cost, remaining_per_query
 from dpaccount.costs import Budget, PrivacyCost, _trusted
 from dpaccount.errors import ConfigError, InvalidCostError
@@ -131,6 +131,7 @@ class FilterRule(Rule[FilterState]):
 
     name = "filter"
     adaptivity = Adaptivity.FULLY_ADAPTIVE
+    spent_meaning = SpentMeaning.FILTER
     theorem = THEOREM_FILTER
 
     def __init__(self, delta_slack: Any = None, *, budget: Budget | None = None) -> None:

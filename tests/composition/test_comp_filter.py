@@ -115,3 +115,27 @@ def test_unlimited_budget_tracks_only_delta() -> None:
     state = rule.extend(rule.start(), Repeated(PrivacyCost(5), 1000))
     assert rule.admits(state, budget)
     assert rule.total(state).epsilon > 5
+
+
+@pytest.mark.parametrize(
+    ("rule", "options"),
+    [("filter", {}), ("rdp", {}), ("gdp", {"target_delta": "1e-6"})],
+)
+def test_filters_refuse_an_unlimited_budget(rule: str, options: dict[str, object]) -> None:
+    # A filter certifies its budget; with none, spent would be an odometer claim that
+    # no cited theorem covers under run-time parameters (issue: soundness, item 4).
+    with pytest.raises(ConfigError, match="privacy filter"):
+        Accountant(Budget.unlimited("1e-5"), rule=rule, rule_options=options or None)
+
+
+def test_spent_meaning_is_stated_per_rule() -> None:
+    from dpaccount.composition.base import SpentMeaning
+
+    assert Accountant(Budget.unlimited()).spent_meaning is SpentMeaning.SUM
+    assert Accountant(Budget(1, "1e-5"), rule="filter").spent_meaning is SpentMeaning.FILTER
+    assert Accountant(Budget(1, "1e-5"), rule="rdp").spent_meaning is SpentMeaning.FILTER
+    planned = Accountant(Budget(1, "1e-5"), rule="optimal", plan=(PrivacyCost("0.1"), 5))
+    assert planned.spent_meaning is SpentMeaning.PLAN
+    rdp_plan = Accountant(Budget(1, "1e-5"), rule="rdp", rule_options={"adaptive": False},
+                          plan=(PrivacyCost("0.1"), 5))
+    assert rdp_plan.spent_meaning is SpentMeaning.PLAN
