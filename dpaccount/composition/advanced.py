@@ -144,9 +144,15 @@ def advanced_adaptive(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
     epsilon above (so a(epsilon) = min(epsilon (e^epsilon - 1), epsilon)) bounds the
     expected privacy loss (KL divergence; Dwork and Roth 2014, Lemma 3.18). The Azuma
     step of Dwork, Rothblum and Vadhan 2010 (Thm III.3) with martingale increments
-    bounded by epsilon + a(epsilon) gives this bound. It is looser than :func:`advanced`
-    for small epsilon and tighter for large epsilon (its linear term never exceeds
-    k epsilon). Proven for k-fold adaptive composition with fixed parameters.
+    bounded by epsilon + a(epsilon) gives this bound. Proven for k-fold adaptive
+    composition with fixed parameters.
+
+    It is **never tighter** than the better of basic composition and :func:`advanced`:
+    for epsilon <= ln 2 it equals :func:`advanced` plus sqrt(2k ln(1/delta'))
+    a(epsilon), and for epsilon > ln 2 it equals basic's k epsilon plus
+    2 epsilon sqrt(2k ln(1/delta')). It is kept for comparison with texts that state it;
+    :func:`~dpaccount.composition.best.best_rule` and ``compose_by_name("best")`` never
+    use it.
 
     Args:
         cost: The per-query (epsilon, delta).

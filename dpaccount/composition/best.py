@@ -307,7 +307,8 @@ def compose_by_name(
     advanced rules report, so the epsilons are comparable. ``"filter"`` gives the
     smallest budget the filter would accept for this stream. ``"best"`` is the smallest
     epsilon among the rules proven for adaptively chosen mechanisms with a fixed plan
-    (basic, advanced, advanced_adaptive, heterogeneous, optimal).
+    (basic, advanced, heterogeneous, optimal; ``advanced_adaptive`` is left out because
+    it is never below the better of basic and advanced).
 
     Args:
         rule_name: One of :data:`COMPOSE_RULES`.
@@ -351,7 +352,7 @@ def compose_by_name(
         epsilon = filter_value(the_cost.epsilon * the_cost.epsilon * k, slack)
         return _trusted(epsilon, delta), THEOREM_FILTER
     options: list[tuple[PrivacyCost, str]] = [(the_cost.times(k), _THEOREM_BASIC)]
-    for name in ("advanced", "advanced_adaptive", "heterogeneous", "optimal"):
+    for name in ("advanced", "heterogeneous", "optimal"):
         try:
             options.append(compose_by_name(name, the_cost, k, slack))
         except InvalidCostError:

@@ -11,6 +11,8 @@ from decimal import Context, Decimal
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpaccount.composition.advanced import (
     AdvancedRule,
@@ -227,3 +229,27 @@ def test_heterogeneous_rule_prefix_sums() -> None:
     for j, cost in enumerate(plan, start=1):
         state = rule.extend(state, cost)
         assert rule.bound(state) == heterogeneous(plan[:j], "1e-6")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    eps=st.floats(1e-4, 5.0),
+    k=st.integers(1, 10**6),
+    slack=st.floats(1e-12, 0.5),
+)
+def test_the_a_epsilon_form_is_dominated_by_basic_or_advanced(
+    eps: float, k: int, slack: float
+) -> None:
+    # Issue (soundness, item 6): k a + sqrt(2k L)(eps + a) >= min(k eps, advanced), and
+    # strictly above basic for eps > ln 2; best never picks it.
+    from dpaccount.composition.best import compose_by_name
+
+    cost = PrivacyCost(eps)
+    a_form = advanced_adaptive(cost, k, slack).epsilon
+    plain = advanced(cost, k, slack).epsilon
+    basic = cost.epsilon * k
+    assert a_form >= min(plain, basic)
+    if eps > math.log(2):
+        assert a_form > basic
+    _total, theorem = compose_by_name("best", cost, k, slack)
+    assert theorem != compose_by_name("advanced_adaptive", cost, k, slack)[1]

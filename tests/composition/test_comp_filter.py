@@ -8,6 +8,7 @@ sum delta_m <= delta - delta'. Counts below are derived here from that inequalit
 
 from __future__ import annotations
 
+import math
 from decimal import Context, Decimal
 from fractions import Fraction
 
@@ -139,3 +140,48 @@ def test_spent_meaning_is_stated_per_rule() -> None:
     rdp_plan = Accountant(Budget(1, "1e-5"), rule="rdp", rule_options={"adaptive": False},
                           plan=(PrivacyCost("0.1"), 5))
     assert rdp_plan.spent_meaning is SpentMeaning.PLAN
+
+
+def _renyi_filter_count(eps: float, delta: float, budget_eps: float) -> int:
+    """How many pure-eps charges the Renyi filter admits, from its definition.
+
+    Each charge has RDP min(eps, alpha eps^2 / 2) (Bun and Steinke 2016, Prop. 1.4); at
+    order alpha the n-fold sum converts to (epsilon, delta / |orders|) by
+    R + ln(1 - 1/alpha) - (ln delta_split + ln alpha) / (alpha - 1) (Canonne, Kamath and
+    Steinke 2020, Prop. 12); the filter admits while the smallest over the orders is
+    within the budget.
+    """
+    from dpaccount.accounting.rdp import FILTER_ORDERS
+
+    split = delta / len(FILTER_ORDERS)
+
+    def epsilon(n: int) -> float:
+        return min(
+            n * min(eps, a * eps * eps / 2) + math.log1p(-1 / a)
+            - (math.log(split) + math.log(a)) / (a - 1)
+            for a in FILTER_ORDERS
+        )
+
+    n = 0
+    while epsilon(n + 1) <= budget_eps:
+        n += 1
+    return n
+
+
+def test_best_picks_the_filter_that_admits_more_for_a_forecast() -> None:
+    # Budget (1, 1e-5), charges of pure 0.01 (issue: soundness, item 5): the Renyi filter
+    # admits 451 of them, the approximate-DP filter 393; with the charges forecast,
+    # best must take the Renyi filter, and each record names it.
+    renyi = _renyi_filter_count(0.01, 1e-5, 1.0)
+    approximate = filter_count(Decimal("0.01"), Decimal("5e-6"), Decimal(1))
+    assert (renyi, approximate) == (451, 393)
+    acct = Accountant(Budget(1, "1e-5"), rule="best",
+                      rule_options={"adaptivity": "fully_adaptive"},
+                      plan=(PrivacyCost("0.01"), 1000))
+    assert acct.rule.name == "rdp"
+    for _ in range(renyi):
+        acct.charge(PrivacyCost("0.01"))
+    with pytest.raises(BudgetExceededError):
+        acct.charge(PrivacyCost("0.01"))
+    assert {r.rule for r in acct.records} == {"rdp"}
+    assert len(acct.records) == renyi
