@@ -131,6 +131,49 @@ def check_delta(value: Any, field: str = "delta") -> Fraction:
     return result
 
 
+#: The smallest positive delta the floating-point bounds (Renyi DP, Gaussian-DP, the
+#: Gaussian's calibration, DP-SGD) accept. Below it a double cannot hold delta (or its
+#: square), and no practical guarantee changes: such deltas are refused with a typed
+#: error rather than overflowing. Exact rules (basic, optimal) and the log(1/delta)
+#: bounds (advanced, heterogeneous, the filter) take any delta.
+MIN_FLOAT_DELTA = Fraction(1, 10**300)
+
+
+def check_float_delta(value: Fraction, field: str = "target_delta") -> Fraction:
+    """Refuse a positive delta below :data:`MIN_FLOAT_DELTA` for a floating-point bound.
+
+    Raises:
+        InvalidCostError: For 0 < value < 1e-300, naming the field and the way out.
+    """
+    if 0 < value < MIN_FLOAT_DELTA:
+        raise InvalidCostError(
+            field,
+            value,
+            "is below 1e-300, the smallest delta this floating-point bound supports; use "
+            "a delta of at least 1e-300 (a smaller one changes no practical guarantee) or "
+            "an exact rule such as 'basic' or 'optimal'",
+        )
+    return value
+
+
+def log_inv_bounds(delta: Fraction) -> tuple[float, float]:
+    """Floats (low, high) around ln(1/delta) for 0 < delta < 1, for any tiny delta.
+
+    For delta a double can hold, the float path; otherwise ln(denominator) -
+    ln(numerator) from the integers (``math.log`` takes big integers), each within an
+    ulp or two, widened by their size.
+    """
+    if delta >= Fraction(1, 2**1000):
+        inverse = 1 / delta
+        high = math.nextafter(math.nextafter(math.log(float_up(inverse)), math.inf), math.inf)
+        low = math.log(float_down(inverse))
+        return math.nextafter(math.nextafter(low, -math.inf), -math.inf), high
+    log_den, log_num = math.log(delta.denominator), math.log(delta.numerator)
+    value = log_den - log_num
+    error = 4 * 2.0**-52 * (abs(log_den) + abs(log_num)) + 2.0**-1000
+    return value - error, value + error
+
+
 def check_rate(value: Any, field: str = "rate") -> Fraction:
     """Validate a sampling rate in (0, 1] and return it exactly."""
     result = to_fraction(value, field)

@@ -242,22 +242,31 @@ class DiscretePLD:
         return index * self.interval
 
     def _slack(self) -> float:
-        """What floating point may have cost: the l1 error plus summation error."""
+        """What floating point may have cost in ``epsilon``'s grid search: the l1 error
+        plus a summation error relative to the total mass (a coarse first pass; every
+        pessimistic answer is then verified with :meth:`delta`'s relative bound)."""
         return self.error + 4 * self.probs.size * _U * float(self.probs.sum())
 
     def delta(self, epsilon: float) -> float:
         """delta(epsilon) of this PLD, pushed to its side by the error bound.
 
         For a pessimistic PLD the result is >= the exact hockey-stick divergence of the
-        exact discretised PLD; for an optimistic one it is <= it.
+        exact discretised PLD; for an optimistic one it is <= it. The sum has only
+        non-negative terms, each accurate to a few ulps, and numpy sums pairwise, so its
+        rounding error is at most (log2(m) + 4) u times the sum itself (Higham 2002,
+        Sec. 4.2); twice that is allowed, plus the l1 error ``error`` of the
+        probabilities (zero before any FFT). The allowance is relative to the value, so
+        tiny deltas (1e-12 and below) keep their precision.
         """
         losses = self._losses()
         above = losses > epsilon
         terms = self.probs[above] * -np.expm1(epsilon - losses[above])
-        value = float(terms.sum()) + self.infinity_mass
+        total = float(terms.sum())
+        rounding = 2 * (math.log2(max(terms.size, 2)) + 4) * _U * total
+        value = total + self.infinity_mass
         if self.pessimistic:
-            return min(1.0, value + self._slack())
-        return max(0.0, value - self._slack())
+            return min(1.0, value + rounding + self.error)
+        return max(0.0, value - rounding - self.error)
 
     def epsilon(self, delta: float) -> float:
         """The smallest epsilon whose pushed delta(epsilon) is <= ``delta``.
@@ -274,6 +283,10 @@ class DiscretePLD:
             top = self.offset + self.probs.size - 1
             return max(top * self.interval, 0.0)
         slack = self._slack()
+        if self.pessimistic and delta - slack - self.infinity_mass <= 0:
+            # The coarse allowance swamps a tiny delta: search with delta's own relative
+            # bound instead (exact search on the verified profile).
+            return self._epsilon_by_bisection(delta)
         target = delta - slack if self.pessimistic else delta + slack
         target -= self.infinity_mass
         if target <= 0:
@@ -313,6 +326,56 @@ class DiscretePLD:
             return max(candidate, 0.0)
         candidate -= 1e-12 * max(1.0, abs(candidate))
         return max(candidate, 0.0)
+
+    def _epsilon_by_bisection(self, delta: float) -> float:
+        """The smallest grid-or-between epsilon with the verified ``delta(eps) <= delta``.
+
+        :meth:`delta` is non-increasing in epsilon and carries its own (relative)
+        rounding allowance, so bisection on it gives a certified answer; ``inf`` if
+        even the largest loss does not reach ``delta``.
+        """
+        top = (self.offset + self.probs.size - 1) * self.interval
+        if self.delta(top) > delta:
+            return math.inf
+        low = self.offset * self.interval - self.interval
+        if self.delta(low) <= delta:
+            return max(low, 0.0)
+        high = top
+        for _ in range(200):
+            mid = (low + high) / 2
+            if mid <= low or mid >= high:
+                break
+            if self.delta(mid) <= delta:
+                high = mid
+            else:
+                low = mid
+        return max(high, 0.0)
+
+
+def _suffix_sums(probs: Array) -> tuple[Array, Array]:
+    """sum_{i >= j} probs[i] for every j, with a rigorous bound on each one's error.
+
+    Two-level blocked summation in extended precision (numpy's longdouble; where that
+    is just a double the bound says so): each value is a within-block suffix sum (at
+    most B terms) plus a suffix sum of block totals (at most n / B terms), so its error
+    is at most (B + n / B + 2) u_ext times the sum of non-negative terms (Higham 2002,
+    Sec. 4.2), about 2 sqrt(n) u_ext: small even next to a delta of 1e-12 at the low end
+    of a long grid, where plain cumulative sums would carry n u.
+    """
+    n = probs.size
+    block = max(1, math.isqrt(n))
+    blocks = -(-n // block)
+    padded = np.zeros(blocks * block, dtype=np.longdouble)
+    padded[:n] = probs[::-1]
+    grid = padded.reshape(blocks, block)
+    within = np.cumsum(grid, axis=1)
+    before = np.concatenate(([0.0], np.cumsum(within[:, -1])[:-1])).astype(np.longdouble)
+    suffix = (within + before[:, None]).reshape(-1)[:n][::-1]
+    unit = float(np.finfo(np.longdouble).eps) / 2
+    rounded = np.asarray(suffix, dtype=np.float64)
+    # ... plus the final rounding to a double (half an ulp of the result).
+    error = ((block + blocks + 2) * unit + _U) * rounded * (1 + 1e-6)
+    return rounded, error
 
 
 def _grid(low: float, high: float, interval: float) -> tuple[int, int]:
@@ -409,9 +472,29 @@ def _connect_dots(pair: UpperPair, eps: Array, i_lo: int, interval: float) -> Di
     slope s_i = (delta_{i+1} - delta_i) / (x_{i+1} - x_i) on [x_i, x_{i+1}], slope
     (delta_0 - 1) / x_0 before x_0 (it passes through delta = 1 at x = 0), slope 0 after
     the last point, and mass p_i = x_i (s_i - s_{i-1}) at eps_i; delta_n goes to +inf.
+
+    Floating point: the profile is pushed up by a *relative* margin before the masses
+    are built, large enough to cover the rounding of the build (checked a posteriori
+    against a rigorous bound, see :func:`_shortfall`). A margin relative to the profile
+    keeps deltas of 1e-12 and below accurate, where an absolute allowance of the size of
+    the whole mass's rounding would swamp them.
     """
-    deltas = pair.profile(eps.astype(np.float64))
-    deltas = np.minimum(np.where(deltas > 0, deltas * (1 + _PROFILE_SLACK) + 1e-300, 0.0), 1.0)
+    true = np.maximum(pair.profile(eps.astype(np.float64)), 0.0)
+    margin = _PROFILE_SLACK
+    for _attempt in range(4):
+        pld = _connect_dots_once(true, margin, i_lo, interval)
+        shortfall, needed = _shortfall(pld, true)
+        if shortfall <= 0:
+            return pld
+        margin = 2 * (margin + needed)
+    # Not covered by a relative margin (cannot happen for a convex profile; kept as a
+    # sound fallback): raise the whole profile by the shortfall.
+    pld.infinity_mass = min(1.0, pld.infinity_mass + 2 * shortfall)
+    return pld
+
+
+def _connect_dots_once(true: Array, margin: float, i_lo: int, interval: float) -> DiscretePLD:
+    deltas = np.minimum(np.where(true > 0, true * (1 + margin) + 1e-300, 0.0), 1.0)
     # The profile is non-increasing; enforce it against rounding noise (upward).
     deltas = np.maximum.accumulate(deltas[::-1])[::-1]
     em1 = math.expm1(interval)
@@ -422,16 +505,33 @@ def _connect_dots(pair: UpperPair, eps: Array, i_lo: int, interval: float) -> Di
     backward[0] = deltas[0] - 1.0  # x_0 s_{-1}
     backward[1:] = e * diffs / em1  # x_i s_{i-1} = e^h x_{i-1} s_{i-1}
     probs = np.maximum(forward - backward, 0.0)
-    infinity = float(deltas[-1])
-    pld = DiscretePLD(interval, i_lo, probs, infinity, 0.0, True)
-    # A posteriori check: the built PLD's profile at the grid points must not be below
-    # the (pushed) true profile; any float shortfall is added to the infinity mass,
-    # which raises the profile everywhere by that much.
-    decay = math.exp(-interval)
+    return DiscretePLD(interval, i_lo, probs, float(deltas[-1]), 0.0, True)
+
+
+def _shortfall(pld: DiscretePLD, true: Array) -> tuple[float, float]:
+    """How far the built profile may be below the true one, absolute and relative.
+
+    The built profile at grid point j is sum_{i > j} p_i (1 - e^{(j - i) h}) + the mass
+    at infinity, computed here as tail - e^{-h} c from running sums of non-negative
+    terms taken from the top (numpy's cumsum and a first-order recursion): each is
+    within 4 (m + 4) u of its own value for m terms (Higham 2002, Sec. 4.2, recursive
+    summation), so the exact built profile is at least the computed one minus
+    ``rounding``. It must be at least the true profile pushed by the library's own
+    error, ``true (1 + _PROFILE_SLACK)``, wherever the true profile is positive.
+    """
+    probs, h = pld.probs, pld.interval
+    decay = math.exp(-h)
     c = _lfilter()([1.0], [1.0, -decay], probs[::-1])[::-1]
-    tail = np.cumsum(probs[::-1])[::-1]
-    built = np.append(tail[1:], 0.0) - decay * np.append(c[1:], 0.0) + infinity
-    shortfall = float(np.max(deltas - built))
-    if shortfall > 0:
-        pld.infinity_mass = min(1.0, infinity + 2 * shortfall)
-    return pld
+    tail, tail_error = _suffix_sums(probs)
+    tail_next, c_next = np.append(tail[1:], 0.0), np.append(c[1:], 0.0)
+    terms = np.arange(probs.size, 0, -1, dtype=np.float64)  # values in each sum
+    # c: a first-order recursion of non-negative terms, within 2 (m + 2) u of itself.
+    rounding = np.append(tail_error[1:], 0.0) + 2 * (terms + 2) * _U * c_next
+    rounding = rounding * 2 + 4 * _U * tail_next  # the subtraction, and a margin
+    built = np.maximum(tail_next - decay * c_next - rounding, 0.0) + pld.infinity_mass
+    positive = true > 0
+    gap = np.where(positive, true * (1 + _PROFILE_SLACK) - built, 0.0)
+    if not positive.any():
+        return 0.0, 0.0
+    relative = float(np.max(gap[positive] / true[positive]))
+    return float(np.max(gap)), max(relative, 0.0)

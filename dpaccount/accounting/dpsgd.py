@@ -18,7 +18,14 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from dpaccount._numeric import check_count, check_delta, check_epsilon, check_positive, check_rate
+from dpaccount._numeric import (
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_float_delta,
+    check_positive,
+    check_rate,
+)
 from dpaccount.accounting.pld import DEFAULT_INTERVAL, PrivacyLossDistribution
 from dpaccount.accounting.rdp import DEFAULT_ORDERS, _refined_epsilon, subsampled_gaussian_rdp
 from dpaccount.charges import GaussianCharge, Scheme, Subsampled
@@ -125,7 +132,7 @@ def dpsgd_epsilon(
         q = check_rate(sampling_rate, "sampling_rate")
         sigma = check_positive(noise_multiplier, "noise_multiplier")
         k = check_count(steps, "steps")
-        delta = float(check_delta(target_delta, "target_delta"))
+        delta = float(check_float_delta(check_delta(target_delta, "target_delta")))
         if delta <= 0:
             raise InvalidCostError("target_delta", target_delta, "must be > 0 for RDP")
         eps = _refined_epsilon(

@@ -50,6 +50,7 @@ from scipy import integrate, optimize, special
 from dpaccount._numeric import (
     check_delta,
     check_epsilon,
+    check_float_delta,
     check_positive,
     check_rate,
     float_down,
@@ -354,7 +355,7 @@ def zcdp_epsilon(rho: Any, delta: Any) -> Fraction:
         True
     """
     r = float_up(check_epsilon(rho, "rho"))
-    d = float_down(check_delta(delta))
+    d = float_down(check_float_delta(check_delta(delta), "delta"))
     if r == 0:
         return Fraction(0)
     if d == 0:
@@ -429,7 +430,7 @@ def _target_delta(target_delta: Any, budget: Budget | None, name: str) -> Fracti
         if budget is None:
             raise ConfigError(f"the {name} rule needs target_delta (or budget=)")
         target_delta = budget.delta
-    return check_delta(target_delta, "target_delta")
+    return check_float_delta(check_delta(target_delta, "target_delta"))
 
 
 @attrs.frozen(eq=False)

@@ -25,9 +25,8 @@ from typing import Any
 from dpaccount._numeric import (
     check_count,
     check_delta,
-    float_down,
     float_up,
-    log_up,
+    log_inv_bounds,
     up,
 )
 from dpaccount.composition.base import Adaptivity
@@ -89,14 +88,13 @@ def _delta_total(slack: Fraction, k: int, delta: Fraction) -> Fraction:
 
 
 def log_inv_up(delta: Fraction) -> float:
-    """A float >= ln(1/delta) for 0 < delta < 1."""
-    return log_up(1 / delta)
+    """A float >= ln(1/delta) for 0 < delta < 1 (any delta, however small)."""
+    return log_inv_bounds(delta)[1]
 
 
 def log_inv_down(delta: Fraction) -> float:
-    """A float <= ln(1/delta) for 0 < delta < 1."""
-    value = math.log(float_down(1 / delta))
-    return math.nextafter(math.nextafter(value, -math.inf), -math.inf)
+    """A float <= ln(1/delta) for 0 < delta < 1 (any delta, however small)."""
+    return log_inv_bounds(delta)[0]
 
 
 def advanced(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:

@@ -89,7 +89,12 @@ def kov_bound(sums: KOVSums, slack: Fraction) -> PrivacyCost:
         # ln(e + sqrt(S2) / delta~) with every input rounded toward a larger value; the
         # relative factor covers the rounding of the sum, sqrt, division and log.
         e_up = math.nextafter(math.e, math.inf)
-        second_log = math.log(e_up + math.sqrt(sq) / float_down(slack)) * (1 + 2**-48)
+        if slack >= Fraction(1, 2**1000):
+            second_log = math.log(e_up + math.sqrt(sq) / float_down(slack)) * (1 + 2**-48)
+        else:  # a slack no double holds: ln(e + x / d) <= ln x + ln(1/d) + e d / x
+            half_log = math.log(sq) / 2
+            inv = log_inv_up(slack)
+            second_log = half_log + inv + 2**-48 * (abs(half_log) + inv) + 2.0**-900
         second = lin + math.sqrt(2 * sq * second_log)
         third = lin + math.sqrt(2 * sq * log_inv_up(slack))
         best = min(best, up(second, 16), up(third, 16))

@@ -66,6 +66,7 @@ from scipy import special
 
 from dpaccount._numeric import (
     check_delta,
+    check_float_delta,
     check_positive,
     float_down,
     float_up,
@@ -396,7 +397,7 @@ class GaussianMechanism(Mechanism):
         rng: Any = None,
     ) -> None:
         eps = check_positive(epsilon, "epsilon")
-        dlt = check_delta(delta)
+        dlt = check_float_delta(check_delta(delta), "delta")
         if dlt == 0:
             raise InvalidCostError("delta", delta, "the Gaussian mechanism needs delta > 0")
         self._setup(sensitivity, dimension, granularity, rng)
@@ -443,7 +444,7 @@ class GaussianMechanism(Mechanism):
             eps = check_positive(epsilon, "epsilon")
             self._point = (eps, self.delta_for(eps))
         elif delta is not None:
-            dlt = check_delta(delta)
+            dlt = check_float_delta(check_delta(delta), "delta")
             self._point = (self.epsilon_for(dlt), dlt)
         return self
 
@@ -602,7 +603,7 @@ class GaussianMechanism(Mechanism):
         Raises:
             InvalidCostError: For delta = 0 (the Gaussian has no pure guarantee).
         """
-        dlt = check_delta(delta)
+        dlt = check_float_delta(check_delta(delta), "delta")
         if dlt == 0:
             raise InvalidCostError("delta", delta, "the Gaussian mechanism needs delta > 0")
         hi = 1.0

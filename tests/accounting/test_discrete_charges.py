@@ -92,10 +92,11 @@ def test_discrete_laplace_pld_brackets_brute_force(scale: float, shift: int) -> 
         exact = _brute_delta(p, q, eps)
         low, high = pld.delta(eps)
         assert float(low) <= exact + 1e-12
-        assert exact <= float(high)
+        # the brute-force sum carries its own float noise (about 1e-16 absolute): above
+        # the largest loss S / b the true delta is 0 and the engine now reports ~0 too
+        assert exact <= float(high) + 1e-15
         assert float(high) - exact < 5e-3
-    # Nearly pure: the upper end certifies about epsilon = S / b at a tiny delta (at
-    # delta = 0 exactly, float shortfalls of the construction go to the infinity mass).
+    # Nearly pure: the upper end certifies about epsilon = S / b at a tiny delta.
     _low, top = pld.epsilon(1e-9)
     assert top is not None and shift / scale - 1e-6 <= float(top) <= shift / scale + 2 * GRID
 
