@@ -382,20 +382,28 @@ class Accountant:
 
     # -- wrapping user code ---------------------------------------------------------
 
-    def guard(self, mechanism: Mechanism, *, label: str | None = None) -> Callable[[F], F]:
+    def guard(
+        self,
+        mechanism: Mechanism,
+        *,
+        label: str | None = None,
+        query_id: str | Callable[..., str] | None = None,
+    ) -> Callable[[F], F]:
         """Decorate a query: charge first, run it only if admitted, then add noise.
 
-        See :func:`dpaccount.guard.guard` for the full contract (sync and async).
+        See :func:`dpaccount.guard.guard` for the full contract (sync and async,
+        ``query_id``).
         """
         from dpaccount.guard import guard
 
-        return guard(self, mechanism, label=label)
+        return guard(self, mechanism, label=label, query_id=query_id)
 
     def run(self, mechanism: Mechanism, query: Callable[..., Any], /, *args: Any,
             **kwargs: Any) -> Any:
         """Charge ``mechanism``, then run ``query(*args, **kwargs)`` and release its result.
 
-        See :func:`dpaccount.guard.run`.
+        ``query_id=`` and ``label=`` are taken by ``run`` itself (not passed to the
+        query). See :func:`dpaccount.guard.run`.
         """
         from dpaccount.guard import run
 

@@ -450,23 +450,29 @@ def _noise(
     return IntegerGaussianMechanism(epsilon, delta, shift, coordinates=coordinates, rng=rng)
 
 
+def _converted(data: Any) -> npt.NDArray[np.float64] | None:
+    """``data`` as float64, or None; never raises (conversion errors quote values)."""
+    try:
+        if hasattr(data, "to_numpy") and not isinstance(data, np.ndarray):
+            try:
+                return np.asarray(data.to_numpy(dtype=np.float64, na_value=np.nan))
+            except TypeError:
+                return np.asarray(data.to_numpy(), dtype=np.float64)
+        return np.asarray(data, dtype=np.float64)
+    except Exception:  # a hostile __array__ may raise anything, with values inside
+        return None
+
+
 def _float_array(data: Any) -> npt.NDArray[np.float64]:
     """The data as a 1-D float64 array (pandas Series / nullable dtypes included).
 
     Errors name only the data's type, never a value.
     """
-    try:
-        if hasattr(data, "to_numpy") and not isinstance(data, np.ndarray):
-            try:
-                arr = np.asarray(data.to_numpy(dtype=np.float64, na_value=np.nan))
-            except TypeError:
-                arr = np.asarray(data.to_numpy(), dtype=np.float64)
-        else:
-            arr = np.asarray(data, dtype=np.float64)
-    except (TypeError, ValueError):
+    arr = _converted(data)
+    if arr is None:  # raised here, outside the handler: no context holding a value
         raise InvalidCostError(
             "data", type(data).__name__, "must hold real numbers (a numeric column)"
-        ) from None
+        )
     if arr.ndim != 1:
         raise InvalidCostError("data", type(data).__name__, "must be one-dimensional")
     return arr

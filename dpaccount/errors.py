@@ -45,6 +45,7 @@ __all__ = [
     "UnsupportedChargeError",
     "describe_secret",
     "missing_extra",
+    "unreleasable",
 ]
 
 
@@ -187,6 +188,19 @@ class UnreleasableResultError(DPAccountError, ValueError):
         self.expected = expected
         message = f"the query returned {found}; the mechanism releases {expected}"
         super().__init__(f"{message}. {hint}" if hint else message + ".")
+
+
+def unreleasable(value: Any, expected: str, hint: str = "") -> UnreleasableResultError:
+    """Build the error for an answer its mechanism cannot release, naming only its type.
+
+    Raise it *outside* any ``except`` block that handled an error about the value, so that
+    no exception holding the value becomes its ``__context__``.
+
+    Examples:
+        >>> str(unreleasable([31337.5], "a finite real number"))
+        'the query returned list of length 1; the mechanism releases a finite real number.'
+    """
+    return UnreleasableResultError(describe_secret(value), expected, hint)
 
 
 class ConfigError(DPAccountError, ValueError):

@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpaccount._numeric import check_positive
-from dpaccount.errors import InvalidCostError
+from dpaccount.errors import InvalidCostError, unreleasable
 
 __all__ = [
     "RandomSource",
@@ -376,19 +376,19 @@ def to_lattice(
     Raises:
         InvalidCostError: A non-finite or non-numeric value, or a wrong dimension.
     """
+    expected = "a finite real number" if dimension == 1 else (
+        f"an array of {dimension} finite real numbers"
+    )
     if isinstance(value, bool | np.bool_):
-        raise InvalidCostError("value", value, "a boolean is not a query answer")
+        raise unreleasable(value, expected, "A boolean is not a query answer.")
+    arr = _as_float_array(value)
+    if arr is None:
+        raise unreleasable(value, expected, "Return numbers, not text or objects.")
     scalar = np.ndim(value) == 0
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InvalidCostError("value", value, "must be a real number or array") from None
     if arr.size != dimension:
-        raise InvalidCostError(
-            "value", value, f"has {arr.size} coordinates; the mechanism is for {dimension}"
-        )
+        raise unreleasable(value, expected, f"It has {arr.size} coordinates.")
     if not np.all(np.isfinite(arr)):
-        raise InvalidCostError("value", value, "must be finite")
+        raise unreleasable(value, expected, "It holds NaN or an infinity.")
     flat = arr.reshape(-1)
     if _is_power_of_two(granularity):
         # Division by a power of two is exact in binary floating point (no overflow for
@@ -396,11 +396,20 @@ def to_lattice(
         with np.errstate(over="ignore"):
             scaled = np.rint(flat / float(granularity))
         if not np.all(np.isfinite(scaled)):
-            raise InvalidCostError("value", value, "is too large for this granularity")
+            raise unreleasable(value, expected, "It is too large for this granularity.")
         k = [int(v) for v in scaled.tolist()]
     else:
         k = [round(Fraction(v) / granularity) for v in flat.tolist()]
     return k, (None if scalar else arr.shape)
+
+
+def _as_float_array(value: Any) -> npt.NDArray[np.float64] | None:
+    """``value`` as float64, or None; never raises (so no exception, and no message
+    holding the value, becomes the context of the error raised about it)."""
+    try:
+        return np.asarray(value, dtype=np.float64)
+    except Exception:  # a hostile __array__ or __float__ may raise anything, value inside
+        return None
 
 
 def from_lattice(

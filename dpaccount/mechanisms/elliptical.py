@@ -61,9 +61,10 @@ import numpy.typing as npt
 
 from dpaccount._numeric import check_delta, check_positive, float_up
 from dpaccount.costs import PrivacyCost
-from dpaccount.errors import InvalidCostError
+from dpaccount.errors import InvalidCostError, unreleasable
 from dpaccount.mechanisms._sampling import (
     RandomSource,
+    _as_float_array,
     power_of_two_at_most,
     resolve_rng,
     sample_discrete_gaussian,
@@ -273,18 +274,14 @@ class EllipticalGaussianMechanism(Mechanism):
         Returns:
             A float64 array of the same length.
         """
-        if isinstance(value, str | bytes) or np.ndim(value) != 1:
-            raise InvalidCostError("value", value, "must be a 1-D array of real numbers")
-        try:
-            arr = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise InvalidCostError("value", value, "must hold real numbers") from None
+        expected = f"a 1-D array of {self.dimension} finite real numbers"
+        arr = None if isinstance(value, str | bytes) else _as_float_array(value)
+        if arr is None or arr.ndim != 1:
+            raise unreleasable(value, expected)
         if arr.size != self.dimension:
-            raise InvalidCostError(
-                "value", value, f"has {arr.size} coordinates; the mechanism has {self.dimension}"
-            )
+            raise unreleasable(value, expected, f"It has {arr.size} coordinates.")
         if not np.all(np.isfinite(arr)):
-            raise InvalidCostError("value", value, "must be finite")
+            raise unreleasable(value, expected, "It holds NaN or an infinity.")
         out = np.empty(arr.size, dtype=np.float64)
         for j, (v, g, t2) in enumerate(zip(arr.tolist(), self._g, self._t2, strict=True)):
             k = round(Fraction(v) / g)  # exact nearest lattice point

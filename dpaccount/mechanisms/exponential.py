@@ -33,7 +33,7 @@ from scipy import special
 
 from dpaccount._numeric import check_positive, to_fraction
 from dpaccount.costs import PrivacyCost
-from dpaccount.errors import InvalidCostError
+from dpaccount.errors import InvalidCostError, unreleasable
 from dpaccount.mechanisms._sampling import RandomSource, resolve_rng, sample_bernoulli_exp
 from dpaccount.mechanisms.base import Mechanism
 
@@ -51,6 +51,17 @@ def _fast_fraction(value: Any) -> Fraction:
     if kind is float and math.isfinite(value):
         return Fraction(value)
     return to_fraction(value, "utilities")
+
+
+def _utility_list(utilities: Any) -> list[Fraction] | None:
+    """The utilities as exact Fractions, or None if they are not a 1-D list of finite
+    reals; never raises, so no message holding a utility becomes an error's context."""
+    try:
+        if np.ndim(utilities) != 1:
+            return None
+        return [_fast_fraction(u) for u in utilities]
+    except Exception:  # hostile elements may raise anything, with the value inside
+        return None
 
 
 class ExponentialMechanism(Mechanism):
@@ -125,11 +136,12 @@ class ExponentialMechanism(Mechanism):
         return self._coefficient
 
     def _utilities(self, utilities: Any) -> list[Fraction]:
-        if isinstance(utilities, str | bytes) or np.ndim(utilities) != 1:
-            raise InvalidCostError("utilities", utilities, "must be a 1-D sequence of numbers")
-        values = [_fast_fraction(u) for u in utilities]
+        expected = "a 1-D sequence of finite real utilities, one per candidate"
+        values = None if isinstance(utilities, str | bytes) else _utility_list(utilities)
+        if values is None:
+            raise unreleasable(utilities, expected)
         if not values:
-            raise InvalidCostError("utilities", utilities, "at least one candidate is needed")
+            raise unreleasable(utilities, expected, "At least one candidate is needed.")
         return values
 
     def release(self, value: Any) -> int:

@@ -53,7 +53,7 @@ import numpy.typing as npt
 
 from dpaccount._numeric import check_count, check_positive, float_down, to_fraction, up
 from dpaccount.costs import PrivacyCost
-from dpaccount.errors import InvalidCostError
+from dpaccount.errors import InvalidCostError, unreleasable
 from dpaccount.mechanisms._sampling import RandomSource, resolve_rng
 from dpaccount.mechanisms.base import Mechanism
 
@@ -188,14 +188,15 @@ class RandomizedResponseMechanism(Mechanism):
         return [self._keep if j == v else self._other for j in range(self._k)]
 
     def _category(self, value: Any) -> int:
+        expected = f"a category index in 0..{self._k - 1}"
         if isinstance(value, bool | np.bool_):
             if self._k != 2:
-                raise InvalidCostError("value", value, "a boolean needs categories=2")
+                raise unreleasable(value, expected, "A boolean needs categories=2.")
             return int(value)
-        if not isinstance(value, int | np.integer) or not 0 <= value < self._k:
-            raise InvalidCostError(
-                "value", value, f"must be a category index in 0..{self._k - 1}"
-            )
+        if not isinstance(value, int | np.integer):
+            raise unreleasable(value, expected)
+        if not 0 <= value < self._k:
+            raise unreleasable(value, expected, "The index is out of range.")
         return int(value)
 
     def _draw(self, v: int) -> int:
@@ -213,7 +214,7 @@ class RandomizedResponseMechanism(Mechanism):
         """Randomize each value of a 1-D array independently (one report per record)."""
         arr = np.asarray(values)
         if arr.ndim != 1:
-            raise InvalidCostError("values", values, "must be a 1-D array of categories")
+            raise unreleasable(values, "a 1-D array of category indices")
         return np.asarray([self._draw(self._category(v)) for v in arr.tolist()], np.int64)
 
     def estimate_counts(self, reports: Any) -> npt.NDArray[np.float64]:

@@ -22,7 +22,7 @@ import numpy.typing as npt
 import pytest
 from _audit import chi_square_gof, run_audit
 
-from dpaccount.errors import InvalidCostError
+from dpaccount.errors import InvalidCostError, UnreleasableResultError
 from dpaccount.mechanisms import RandomSource
 from dpaccount.mechanisms.elliptical import (
     EllipticalGaussianMechanism,
@@ -160,5 +160,5 @@ def test_invalid_parameters_are_refused() -> None:
         EllipticalGaussianMechanism(1, 0, [1.0])
     mech = EllipticalGaussianMechanism(1, "1e-6", [1.0, 2.0])
     for value in ([1.0], [1.0, float("inf")], [[1.0, 2.0]], ["a", "b"]):
-        with pytest.raises(InvalidCostError):
+        with pytest.raises(UnreleasableResultError):
             mech.release(value)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 import pytest
 from _audit import chi_square_gof, run_audit
 
-from dpaccount.errors import InvalidCostError
+from dpaccount.errors import InvalidCostError, UnreleasableResultError
 from dpaccount.mechanisms import RandomSource
 from dpaccount.mechanisms.randomized_response import RandomizedResponseMechanism
 
@@ -119,7 +119,7 @@ def test_invalid_parameters_are_refused(p: str, k: int) -> None:
 def test_invalid_values_are_refused() -> None:
     rr = RandomizedResponseMechanism(1, 3)
     for bad in (3, -1, 1.5, True, "a"):
-        with pytest.raises(InvalidCostError):
+        with pytest.raises(UnreleasableResultError):
             rr.release(bad)
 
 

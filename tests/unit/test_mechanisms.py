@@ -17,7 +17,7 @@ from scipy import optimize, stats
 
 from dpaccount.charges import cost_of
 from dpaccount.costs import PrivacyCost
-from dpaccount.errors import ConfigError, InvalidCostError
+from dpaccount.errors import ConfigError, InvalidCostError, UnreleasableResultError
 from dpaccount.mechanisms import (
     ExponentialMechanism,
     GaussianMechanism,
@@ -114,7 +114,7 @@ def test_laplace_release_shapes_and_lattice_values() -> None:
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), "x", True, [1.0, 2.0]])
 def test_laplace_release_refuses_bad_values(bad: object) -> None:
     m = LaplaceMechanism(1, 1)
-    with pytest.raises(InvalidCostError):
+    with pytest.raises(UnreleasableResultError):
         m.release(bad)
 
 
@@ -260,7 +260,7 @@ def test_too_fine_lattice_and_huge_values_are_refused() -> None:
     with pytest.raises(InvalidCostError) as info:
         GaussianMechanism(1, "1e-5", 1, granularity=Fraction(1, 2**30))
     assert info.value.field == "granularity"
-    with pytest.raises(InvalidCostError):
+    with pytest.raises(UnreleasableResultError):
         LaplaceMechanism(1, 1, granularity=Fraction(1, 2**40)).release(1e300)
 
 
@@ -312,7 +312,7 @@ def test_exponential_probabilities_and_coefficients() -> None:
 
 @pytest.mark.parametrize("bad", [[], [float("nan")], [1.0, float("inf")], "abc", [[1.0]], [True]])
 def test_exponential_refuses_bad_utilities(bad: object) -> None:
-    with pytest.raises(InvalidCostError):
+    with pytest.raises(UnreleasableResultError):
         ExponentialMechanism(1, 1).release(bad)
 
 
