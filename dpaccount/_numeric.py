@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from decimal import Decimal, InvalidOperation
+import re
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -54,8 +55,80 @@ ONE = Fraction(1)
 _DEFAULT_ULPS = 4
 
 
+#: The largest numerator or denominator (in bits) of a privacy parameter given by a user.
+#: Every double fits (its exact binary value needs at most 1075 bits), and so does any
+#: decimal of a few hundred digits; larger values are refused before they are built, so
+#: no input can hang the process or make a stored sum unprintable.
+MAX_VALUE_BITS = 4096
+#: Decimal exponents and digit counts allowed in a string or Decimal (10^1200 < 2^4096).
+MAX_DECIMAL_DIGITS = 1200
+
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?")
+_RATIO_TEXT = re.compile(r"[+-]?[0-9]+/[0-9]+")
+
+
+def _refuse(field: str, value: Any, reason: str) -> InvalidCostError:
+    return InvalidCostError(field, value, reason)
+
+
+def _bounded(result: Fraction, field: str, value: Any) -> Fraction:
+    if (result.numerator.bit_length() > MAX_VALUE_BITS
+            or result.denominator.bit_length() > MAX_VALUE_BITS):
+        raise _refuse(field, value, f"needs more than {MAX_VALUE_BITS} bits to hold exactly; "
+                      "use a value a double or a short decimal can express")
+    return result
+
+
+def _from_decimal(dec: Decimal, field: str, value: Any) -> Fraction:
+    if not dec.is_finite():
+        raise _refuse(field, value, "must be a finite number")
+    _sign, digits, exponent = dec.as_tuple()
+    if not isinstance(exponent, int) or abs(exponent) > MAX_DECIMAL_DIGITS or (
+        len(digits) > MAX_DECIMAL_DIGITS
+    ):
+        raise _refuse(field, value, f"has more than {MAX_DECIMAL_DIGITS} digits or a decimal "
+                      f"exponent beyond +-{MAX_DECIMAL_DIGITS}")
+    return _bounded(Fraction(dec), field, value)
+
+
+def _from_text(text: str, field: str, value: Any) -> Fraction:
+    if len(text) > 2 * MAX_DECIMAL_DIGITS + 10:
+        raise _refuse(field, value, "is too long to be a privacy parameter")
+    decimal_form = _DECIMAL_TEXT.fullmatch(text)
+    if decimal_form is not None:
+        exponent = decimal_form.group(1)
+        if exponent is not None and len(exponent.lstrip("+-").lstrip("0")) > 5:
+            raise _refuse(field, value, f"has a decimal exponent beyond +-{MAX_DECIMAL_DIGITS}")
+        return _from_decimal(Decimal(text), field, value)
+    if _RATIO_TEXT.fullmatch(text) is not None:
+        numerator, denominator = text.split("/")
+        if int(denominator) == 0:
+            raise _refuse(field, value, "has a zero denominator")
+        return _bounded(Fraction(int(numerator), int(denominator)), field, value)
+    raise _refuse(
+        field,
+        value,
+        "is not a number: use plain ASCII digits, as a decimal like '0.1' or '1e-6' or a "
+        "ratio like '1/10' (no spaces, underscores or other digits)",
+    )
+
+
+def _real_as_float(value: Any) -> float | None:
+    """float(value) for a numbers.Real, or None if its conversion raises (never raises)."""
+    try:
+        result = float(value)
+    except Exception:  # a hostile __float__ may raise anything
+        return None
+    return result if type(result) is float else None
+
+
 def to_fraction(value: Any, field: str) -> Fraction:
     """Convert a user-given number to an exact :class:`Fraction`.
+
+    Subclasses of ``int``, ``float``, ``Fraction`` and ``Decimal`` are read through the
+    base type's own data (an overridden ``__eq__`` or ``numerator`` cannot change the
+    value), and strings must be plain ASCII decimals or ratios. Values whose exact form
+    would need more than :data:`MAX_VALUE_BITS` bits are refused before they are built.
 
     Args:
         value: An int, float, str, Decimal, Fraction, or numpy scalar.
@@ -65,54 +138,52 @@ def to_fraction(value: Any, field: str) -> Fraction:
         The exact value. Floats keep their binary value; strings their decimal value.
 
     Raises:
-        InvalidCostError: For bool, NaN, infinities, non-numeric strings and other types.
+        InvalidCostError: For bool, NaN, infinities, non-numeric or oversized strings,
+            oversized values and other types.
 
     Examples:
         >>> to_fraction("0.1", "epsilon")
         Fraction(1, 10)
         >>> to_fraction(0.5, "epsilon")
         Fraction(1, 2)
+        >>> to_fraction("1e-999999999", "epsilon")
+        Traceback (most recent call last):
+        ...
+        dpaccount.errors.InvalidCostError: invalid epsilon='1e-999999999': has a decimal ...
     """
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
-        raise InvalidCostError(field, value, "a boolean is not a privacy parameter")
-    if isinstance(value, Fraction):
-        return value
+    kind = type(value)
+    if isinstance(value, bool) or kind.__name__ == "bool_":
+        raise _refuse(field, value, "a boolean is not a privacy parameter")
+    if kind is Fraction:
+        return _bounded(value, field, value)
+    if isinstance(value, Fraction):  # a subclass: read the two integers underneath
+        numerator = int.__int__(Fraction.numerator.__get__(value))
+        denominator = int.__int__(Fraction.denominator.__get__(value))
+        return _bounded(Fraction(numerator, denominator), field, value)
     if isinstance(value, int):
-        return Fraction(value)
+        return _bounded(Fraction(int.__int__(value)), field, value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidCostError(field, value, "must be a finite number")
-        return Fraction(value)
+        number = float.__float__(value)
+        if not math.isfinite(number):
+            raise _refuse(field, value, "must be a finite number")
+        return Fraction(number)
     if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise InvalidCostError(field, value, "must be a finite number")
-        return Fraction(value)
+        return _from_decimal(Decimal(Decimal.__str__(value)), field, value)
     if isinstance(value, str):
-        text = value.strip()
-        try:
-            dec = Decimal(text)
-        except InvalidOperation:
-            try:
-                return Fraction(text)
-            except (ValueError, ZeroDivisionError):
-                raise InvalidCostError(
-                    field,
-                    value,
-                    "is not a number (use a decimal like '0.1' or a ratio like '1/10')",
-                ) from None
-        if not dec.is_finite():
-            raise InvalidCostError(field, value, "must be a finite number")
-        return Fraction(dec)
+        return _from_text(str.__str__(value), field, value)
     if isinstance(value, numbers.Integral):
-        return Fraction(int(value))
+        as_int = _real_as_float(value)
+        if as_int is None:
+            raise _refuse(field, value, "could not be converted to a number")
+        return _bounded(Fraction(int(value)), field, value)
     if isinstance(value, numbers.Real):
-        as_float = float(value)
+        as_float = _real_as_float(value)
+        if as_float is None:
+            raise _refuse(field, value, "could not be converted to a number")
         if not math.isfinite(as_float):
-            raise InvalidCostError(field, value, "must be a finite number")
+            raise _refuse(field, value, "must be a finite number")
         return Fraction(as_float)
-    raise InvalidCostError(
-        field, value, f"expected a real number, got {type(value).__name__}"
-    )
+    raise _refuse(field, value, f"expected a real number, got {type(value).__name__}")
 
 
 def check_epsilon(value: Any, field: str = "epsilon") -> Fraction:

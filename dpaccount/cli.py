@@ -10,11 +10,34 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dpaccount.costs import PrivacyCost, format_number
-from dpaccount.errors import DPAccountError
+from dpaccount.errors import ConfigError, DPAccountError
 
 __all__ = ["build_parser", "main"]
+
+
+#: Bounds on every count the command line takes, so no input can hang it or exhaust
+#: memory: closed-form rules take up to 10^12 queries; the exact optimum (and 'best',
+#: which tries it) up to 10^6 (about a tenth of a second); a plot up to 10^5 points.
+MAX_COMPOSE_COUNT = 10**12
+MAX_OPTIMAL_CLI_COUNT = 10**6
+MAX_PLOT_COUNT = 10**5
+
+
+def _count(limit: int) -> Any:
+    def parse(text: str) -> int:
+        if not text.isascii() or not text.isdigit() or len(text) > 13:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a whole number of queries from 1 to {limit:,}"
+            )
+        value = int(text)
+        if not 1 <= value <= limit:
+            raise argparse.ArgumentTypeError(f"{value:,} is outside 1 to {limit:,}")
+        return value
+
+    return parse
 
 
 def _add_compose_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,7 +52,9 @@ def _add_compose_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
     parser.add_argument("--rule", required=True, choices=COMPOSE_RULES)
     parser.add_argument("--epsilon", required=True, help="per-query epsilon (e.g. 0.1)")
     parser.add_argument("--delta", default="0", help="per-query delta (default 0)")
-    parser.add_argument("--count", required=True, type=int, help="number of queries k")
+    parser.add_argument("--count", required=True, type=_count(MAX_COMPOSE_COUNT),
+                        help=f"number of queries k (1 to {MAX_COMPOSE_COUNT:,}; the "
+                        f"'optimal' rule up to {MAX_OPTIMAL_CLI_COUNT:,})")
     parser.add_argument("--delta-slack", default=None, help="delta' for advanced rules")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=_cmd_compose)
@@ -38,8 +63,14 @@ def _add_compose_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
 def _cmd_compose(args: argparse.Namespace) -> int:
     from dpaccount.composition import compose_by_name
 
+    if args.rule == "optimal" and args.count > MAX_OPTIMAL_CLI_COUNT:
+        raise ConfigError(
+            f"--count {args.count:,} is above {MAX_OPTIMAL_CLI_COUNT:,}, the largest k the "
+            "exact optimum is computed for here; use --rule heterogeneous or advanced"
+        )
     total, theorem = compose_by_name(
-        args.rule, PrivacyCost(args.epsilon, args.delta), args.count, args.delta_slack
+        args.rule, PrivacyCost(args.epsilon, args.delta), args.count, args.delta_slack,
+        optimal_limit=MAX_OPTIMAL_CLI_COUNT,
     )
     if args.json:
         print(json.dumps({
@@ -66,7 +97,8 @@ def _add_plot_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     comp.add_argument("--epsilon", required=True, help="per-query epsilon")
     comp.add_argument("--delta", default="0", help="per-query delta")
-    comp.add_argument("--count", required=True, type=int, help="largest k drawn")
+    comp.add_argument("--count", required=True, type=_count(MAX_PLOT_COUNT),
+                      help=f"largest k drawn (1 to {MAX_PLOT_COUNT:,})")
     comp.add_argument("--delta-slack", default="1e-6", help="delta' (default 1e-6)")
     comp.add_argument("--output", default="composition.png", help="output file")
     comp.set_defaults(func=_cmd_plot_composition)

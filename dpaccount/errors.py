@@ -69,7 +69,17 @@ class InvalidCostError(DPAccountError, ValueError):
         self.field = field
         self.value = value
         self.reason = reason
-        super().__init__(f"invalid {field}={value!r}: {reason}")
+        super().__init__(f"invalid {field}={_short_repr(value)}: {reason}")
+
+
+def _short_repr(value: Any) -> str:
+    """repr(value), at most 80 characters; never raises (huge ints, hostile reprs)."""
+    try:
+        text = repr(value)
+    except Exception:  # a huge int, or a hostile __repr__
+        bits = value.bit_length() if isinstance(value, int) else None
+        return f"<{type(value).__name__} of {bits} bits>" if bits else f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else f"{text[:60]}...({len(text)} characters)"
 
 
 class BudgetExceededError(DPAccountError):

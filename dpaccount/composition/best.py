@@ -299,7 +299,8 @@ _THEOREM_BASIC = BasicRule.theorem
 
 
 def compose_by_name(
-    rule_name: str, cost: Any, k: int, delta_slack: Any = None
+    rule_name: str, cost: Any, k: int, delta_slack: Any = None, *,
+    optimal_limit: int | None = None,
 ) -> tuple[PrivacyCost, str]:
     """Compose ``k`` queries of ``cost`` with the named rule (the CLI's ``compose``).
 
@@ -315,6 +316,8 @@ def compose_by_name(
         cost: The per-query (epsilon, delta).
         k: The number of queries.
         delta_slack: delta' (required except for ``"basic"``).
+        optimal_limit: For ``"best"``: leave the exact optimum out above this k (it is
+            linear in k; the closed forms are O(1)).
 
     Returns:
         ``(composed cost, theorem citation)``.
@@ -353,6 +356,8 @@ def compose_by_name(
         return _trusted(epsilon, delta), THEOREM_FILTER
     options: list[tuple[PrivacyCost, str]] = [(the_cost.times(k), _THEOREM_BASIC)]
     for name in ("advanced", "heterogeneous", "optimal"):
+        if name == "optimal" and optimal_limit is not None and k > optimal_limit:
+            continue
         try:
             options.append(compose_by_name(name, the_cost, k, slack))
         except InvalidCostError:

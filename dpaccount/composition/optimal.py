@@ -143,9 +143,19 @@ def _allowed_pure(delta0: Fraction, k: int, target: Fraction) -> Fraction:
     return ONE - (ONE - target) / Fraction(pow_low)
 
 
+#: The largest k the exact optimum is computed for: its profile has k + 1 terms (about
+#: one second and 80 MB at 10^7); beyond it use a closed-form rule.
+MAX_OPTIMAL_COUNT = 10**7
+
+
 def _check_inputs(cost: Any, k: int) -> tuple[PrivacyCost, int, float]:
     cost = as_cost(cost)
     k = check_count(k, "k")
+    if k > MAX_OPTIMAL_COUNT:
+        raise InvalidCostError(
+            "k", k, f"the optimal rule is computed for k <= {MAX_OPTIMAL_COUNT:,}; use "
+            "'heterogeneous' or 'advanced' (closed forms) for more queries"
+        )
     eps0 = float_up(cost.epsilon)
     if eps0 > _MAX_EPS0:
         raise InvalidCostError("epsilon", cost.epsilon, "too large (e^epsilon overflows)")

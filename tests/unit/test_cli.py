@@ -49,3 +49,37 @@ def test_demo_persists_and_refuses(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "earlier charges" in second and "in 0 earlier charges" not in second
     assert main(["demo", "--ledger", url, "--fresh"]) == 0
     assert "in 0 earlier charges" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["compose", "--rule", "optimal", "--epsilon", "0.1", "--count", "100000000",
+          "--delta-slack", "1e-6"], 2),
+        (["compose", "--rule", "basic", "--epsilon", "0.1", "--count", "1e8"], 2),
+        (["compose", "--rule", "basic", "--epsilon", "0.1", "--count", "0"], 2),
+        (["compose", "--rule", "basic", "--epsilon", "0.1", "--count", "10000000000000"], 2),
+        (["compose", "--rule", "basic", "--epsilon", "1e5000", "--count", "3"], 2),
+    ],
+)
+def test_cli_counts_and_values_are_bounded_with_typed_errors(argv: list[str], code: int,
+                                                             capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    import time
+
+    start = time.perf_counter()
+    try:
+        result = main(argv)
+    except SystemExit as exit_:  # argparse's usage errors
+        result = exit_.code
+    assert result == code
+    assert time.perf_counter() - start < 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_best_at_a_trillion_queries_uses_the_closed_forms(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    # It used to try the exact optimum and allocate 3.6 TiB.
+    assert main(["compose", "--rule", "best", "--epsilon", "0.1", "--count",
+                 "1000000000000", "--delta-slack", "1e-6"]) == 0
+    assert "under 'best'" in capsys.readouterr().out

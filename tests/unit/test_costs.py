@@ -47,7 +47,7 @@ def test_float_is_taken_at_its_exact_binary_value() -> None:
     ("given", "exact"),
     [("0.1", Fraction(1, 10)), (Decimal("0.3"), Fraction(3, 10)), ("1/3", Fraction(1, 3)),
      (Fraction(2, 7), Fraction(2, 7)), (np.float32(0.5), Fraction(1, 2)), (3, Fraction(3)),
-     (" 1e-5 ", Fraction(1, 100_000)), (np.int64(2), Fraction(2))],
+     ("1e-5", Fraction(1, 100_000)), (np.int64(2), Fraction(2))],
 )
 def test_exact_decimal_and_rational_inputs(given: object, exact: Fraction) -> None:
     assert PrivacyCost(given).epsilon == exact
