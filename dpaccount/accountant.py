@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import threading
+import unicodedata
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -332,8 +333,8 @@ class Accountant:
         charge = self._as_charge(charge)
         cost = cost_of(charge)
         _revalidate(cost)
-        if label is not None and not isinstance(label, str):
-            raise InvalidCostError("label", label, "must be a string or None")
+        check_text(label, "label")
+        check_text(query_id, "query_id")
         with self._lock:
             for _attempt in range(_MAX_CONFLICT_RETRIES):
                 if query_id is not None:
@@ -510,6 +511,43 @@ class Accountant:
         return (
             f"Accountant(budget={self._budget!r}, rule={self._rule.name!r}, "
             f"spent={self.spent!r}, records={self._head})"
+        )
+
+
+#: The longest label or query_id a record takes (characters).
+MAX_TEXT_LENGTH = 1000
+
+
+def check_text(value: Any, field: str) -> None:
+    """Refuse a label or query_id that could break a ledger or forge its output.
+
+    It must be None or a ``str`` of at most :data:`MAX_TEXT_LENGTH` characters that
+    encodes as strict UTF-8 (no lone surrogates, which every backend would store but no
+    reader could decode) and holds no control characters (newlines and terminal escapes
+    would forge lines in ``dpaccount ledger show``). Checked before anything is charged,
+    the same for every store.
+
+    Raises:
+        InvalidCostError: Naming the field and what is wrong with it.
+    """
+    if value is None:
+        return
+    if type(value) is not str:
+        raise InvalidCostError(field, type(value).__name__, "must be a string or None")
+    if len(value) > MAX_TEXT_LENGTH:
+        raise InvalidCostError(
+            field, f"<{len(value)} characters>", f"is longer than {MAX_TEXT_LENGTH} characters"
+        )
+    try:
+        value.encode("utf-8", "strict")
+    except UnicodeEncodeError:
+        raise InvalidCostError(
+            field, ascii(value)[:80], "is not valid Unicode (it holds a lone surrogate)"
+        ) from None
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in value):
+        raise InvalidCostError(
+            field, ascii(value)[:80],
+            "holds control or format characters (newlines, tabs, terminal escapes, ...)",
         )
 
 

@@ -26,7 +26,7 @@ from dpaccount.errors import (
     StorageError,
     missing_extra,
 )
-from dpaccount.ledgers import open_store
+from dpaccount.ledgers import open_store, redact_url
 from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
 
 __all__ = ["add_ledger_commands", "ledger_main"]
@@ -91,11 +91,13 @@ def _out(args: argparse.Namespace) -> TextIO:
 def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any]:
     if str(args.url).lower().startswith("memory:"):
         raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
-    store: Any = open_store(args.url, name=args.name)
+    store: Any = open_store(args.url, name=args.name, create=False)
     try:
         meta = store.stored_meta()
         if meta is None:
-            raise StorageError(f"there is no ledger named {args.name!r} at {args.url}")
+            raise StorageError(
+                f"there is no ledger named {args.name!r} at {redact_url(args.url)}"
+            )
         tip = store.verify()
         records = list(store.read())
     finally:
@@ -164,7 +166,8 @@ def _verify(args: argparse.Namespace) -> int:
         meta, records, tip = _load(args)
     except LedgerCorruptError as exc:
         where = "" if exc.seq is None else f" first bad record: {exc.seq};"
-        print(f"CORRUPT: ledger {args.name!r} at {args.url}:{where} {exc}", file=out)
+        print(f"CORRUPT: ledger {args.name!r} at {redact_url(args.url)}:{where} {exc}",
+              file=out)
         return 1
     print(f"ok: ledger {meta.name!r} has {len(records)} intact records; "
           f"sum epsilon {format_number(tip.epsilon_sum)}, sum delta "

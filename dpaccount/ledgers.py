@@ -41,9 +41,54 @@ from dpaccount.errors import ConfigError
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore
 
-__all__ = ["open_ledger", "open_store"]
+__all__ = ["open_ledger", "open_store", "redact_url"]
 
 _SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for messages, reprs and output).
+
+    Examples:
+        >>> redact_url("postgresql://alice:s3cret@db.example/ledgers?sslmode=require")
+        'postgresql://alice:***@db.example/ledgers?sslmode=require'
+        >>> redact_url("sqlite:///ledger.db")
+        'sqlite:///ledger.db'
+    """
+    try:
+        parts = urlsplit(str(url))
+    except ValueError:
+        return "<an unparsable URL>"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(key.lower() in ("password", "sslpassword") for key, _ in pairs):
+            query = urlencode([(k, "***" if k.lower() in ("password", "sslpassword") else v)
+                               for k, v in pairs])
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        if ":" in userinfo:
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _libpq_options(options: Mapping[str, str]) -> None:
+    """Refuse options libpq does not know (ConfigError, before any connection)."""
+    if not options:
+        return
+    try:
+        from psycopg import pq
+    except ImportError:
+        return  # open_store's PostgresStore raises the install hint
+    text = " ".join(f"{key}=''" for key in options)
+    try:
+        pq.Conninfo.parse(text.encode())
+    except Exception as exc:  # libpq names the unknown keyword
+        raise ConfigError(
+            f"unknown ledger URL option(s) in {sorted(options)}: {exc}. Allowed: schema, "
+            "commit, lock_timeout and libpq's connection parameters (sslmode, ...)"
+        ) from None
 
 
 def _options(query: str, allowed: set[str]) -> dict[str, str]:
@@ -67,8 +112,11 @@ def _timeout(options: Mapping[str, str]) -> float:
     return value
 
 
-def open_store(url: str, *, name: str = "default") -> Store:
+def open_store(url: str, *, name: str = "default", create: bool = True) -> Store:
     """Open the store named by ``url`` for the ledger ``name`` (without an accountant).
+
+    With ``create=False`` a SQLite file that does not exist is an error naming the path,
+    and nothing is created (for readers and auditors).
 
     Raises:
         ConfigError: An unknown scheme or option.
@@ -76,7 +124,7 @@ def open_store(url: str, *, name: str = "default") -> Store:
         ImportError: ``postgresql://`` without psycopg (``pip install "dpaccount[postgres]"``).
     """
     if not isinstance(url, str):
-        raise ConfigError(f"a ledger URL must be a string, not {url!r}")
+        raise ConfigError(f"a ledger URL must be a string, not {type(url).__name__}")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "memory":
@@ -93,13 +141,14 @@ def open_store(url: str, *, name: str = "default") -> Store:
             raise ConfigError(f"the sqlite URL {url!r} names no file")
         from dpaccount.storage.sqlite import SQLiteStore
 
-        return SQLiteStore(path, name=name, lock_timeout=_timeout(options))
+        return SQLiteStore(path, name=name, lock_timeout=_timeout(options), create=create)
     if scheme in ("postgresql", "postgres"):
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         schema = options.pop("schema", "dpaccount")
         commit = options.pop("commit", "group")
         timeout = _timeout(options)
         options.pop("lock_timeout", None)
+        _libpq_options(options)
         conninfo = urlunsplit(
             ("postgresql", parts.netloc, parts.path, urlencode(options), parts.fragment)
         )
@@ -110,7 +159,7 @@ def open_store(url: str, *, name: str = "default") -> Store:
             commit=commit,  # type: ignore[arg-type]  # checked there: ConfigError
         )
     raise ConfigError(
-        f"unknown ledger URL scheme {parts.scheme!r} in {url!r}; use one of "
+        f"unknown ledger URL scheme {parts.scheme!r} in {redact_url(url)!r}; use one of "
         "memory://, sqlite:///path.db, postgresql://user@host/db"
     )
 

@@ -150,18 +150,33 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 class SQLiteStore:
     """One named ledger in a SQLite database file (many ledgers may share the file).
 
+    A new file is created readable and writable by its owner only (0600). Before every
+    write the store checks that its path still names the file it opened (device and
+    inode): a ledger file deleted or replaced under a running writer fails closed with
+    :class:`~dpaccount.errors.StorageError` instead of committing into a file nobody
+    will read while a new file starts with a fresh budget.
+
     Args:
-        path: The database file (created if missing), or ``":memory:"`` for a private
-            in-memory database (not durable; for tests).
+        path: The database file, or ``":memory:"`` for a private in-memory database (not
+            durable; for tests).
         name: The ledger's name within the file.
-        lock_timeout: Seconds to wait for the write lock before failing closed.
+        lock_timeout: Seconds to wait for the write lock before failing closed (kept to
+            within a few tens of milliseconds).
+        create: Create the file if it is missing; with ``False`` a missing file is a
+            :class:`~dpaccount.errors.StorageError` naming the path, and nothing is
+            created (for readers: ``dpaccount ledger show`` of a mistyped path).
 
     Raises:
         StorageError: The file cannot be opened as a dpaccount ledger database.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], name: str = "default", *, lock_timeout: float = 30.0
+        self,
+        path: str | os.PathLike[str],
+        name: str = "default",
+        *,
+        lock_timeout: float = 30.0,
+        create: bool = True,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
@@ -169,16 +184,56 @@ class SQLiteStore:
         self.name = name
         self.lock_timeout = float(lock_timeout)
         self._lock = threading.RLock()
+        self._identity: tuple[int, int] | None = None
+        if self.path != ":memory:":
+            self._create_private(create)
         try:
             self._conn = sqlite3.connect(
                 self.path,
-                timeout=min(self.lock_timeout, 2.0),
+                timeout=self._busy_seconds(),
                 isolation_level=None,
                 check_same_thread=False,
             )
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the SQLite ledger {self.path!r}: {exc}") from exc
+        if self.path != ":memory:":
+            self._identity = self._file_identity()
         self._retry(self._setup)
+
+    def _busy_seconds(self) -> float:
+        # Short waits inside SQLite; the retry loop keeps the overall deadline.
+        return max(0.001, min(0.05, self.lock_timeout / 50))
+
+    def _create_private(self, create: bool) -> None:
+        if os.path.exists(self.path):
+            return
+        if not create:
+            raise StorageError(
+                f"there is no SQLite ledger file at {self.path!r} (nothing was created; "
+                "check the path, or create the ledger by opening it with its settings)"
+            )
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return  # another process created it first
+        except OSError as exc:
+            raise StorageError(f"cannot create the SQLite ledger {self.path!r}: {exc}") from exc
+        os.close(fd)
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return info.st_dev, info.st_ino
+
+    def _check_identity(self) -> None:
+        if self._identity is not None and self._file_identity() != self._identity:
+            raise StorageError(
+                f"the SQLite ledger file {self.path!r} was deleted or replaced since this "
+                "store opened it; nothing was written and the query must not run. Reopen "
+                "the ledger (and find out what happened to the file)."
+            )
 
     # -- the Store interface ------------------------------------------------------------
 
@@ -492,7 +547,7 @@ class SQLiteStore:
 
     def _setup(self) -> None:
         conn = self._conn
-        conn.execute(f"PRAGMA busy_timeout = {int(min(self.lock_timeout, 2.0) * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {max(1, int(self._busy_seconds() * 1000))}")
         if self.path != ":memory:":
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -567,7 +622,8 @@ class SQLiteStore:
                     ) from exc
             except sqlite3.Error as exc:
                 raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
-            time.sleep(pause * (0.5 + random.random()))
+            left = deadline - time.monotonic()
+            time.sleep(max(0.0, min(pause * (0.5 + random.random()), left)))
             pause = min(pause * 2, 0.05)
 
     def _write(self, body: Callable[[sqlite3.Cursor], T]) -> T:
@@ -577,6 +633,7 @@ class SQLiteStore:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
+                self._check_identity()
                 result = body(conn.cursor())
                 conn.execute("COMMIT")
             except BaseException:
