@@ -99,6 +99,12 @@ def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any
                 f"there is no ledger named {args.name!r} at {redact_url(args.url)}"
             )
         tip = store.verify()
+        missing: list[str] = getattr(store, "missing_protections", list)()
+        if missing:
+            raise LedgerCorruptError(
+                f"protective triggers are dropped or disabled: {', '.join(missing)}; the "
+                "database no longer refuses edits, so its records cannot be trusted"
+            )
         records = list(store.read())
     finally:
         store.close()
@@ -168,6 +174,12 @@ def _verify(args: argparse.Namespace) -> int:
         where = "" if exc.seq is None else f" first bad record: {exc.seq};"
         print(f"CORRUPT: ledger {args.name!r} at {redact_url(args.url)}:{where} {exc}",
               file=out)
+        return 1
+    spent, rule_name = _spent(meta, records)
+    if not spent.fits(meta.budget):
+        print(f"OVERSPENT: ledger {meta.name!r} at {redact_url(args.url)}: under the "
+              f"{rule_name!r} rule its {len(records)} records spend {spent}, over the "
+              f"budget {meta.budget}", file=out)
         return 1
     print(f"ok: ledger {meta.name!r} has {len(records)} intact records; "
           f"sum epsilon {format_number(tip.epsilon_sum)}, sum delta "

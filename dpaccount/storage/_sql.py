@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Version of the table layout (not of the record format, which records.py owns).
-TABLES_VERSION = 1
+TABLES_VERSION = 2
 
 #: A row of the records table: (seq, payload, prev_hash, hash, query_id).
 RecordRow = tuple[int, str, str, str, "str | None"]

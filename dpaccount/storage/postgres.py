@@ -160,9 +160,31 @@ def _schema_sql(schema: str) -> list[str]:
         f"CREATE OR REPLACE TRIGGER ledgers_keep BEFORE DELETE ON {s}.ledgers "
         f"FOR EACH ROW EXECUTE FUNCTION {s}.dpaccount_append_only()"
     )
+    # The cached tip only moves forward, one record at a time: resetting the cached sums
+    # (to admit more charges) is refused by the database.
+    statements.append(
+        f"""CREATE OR REPLACE FUNCTION {s}.{_TIP_FUNCTION}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.head NOT IN (OLD.head, OLD.head + 1) OR (NEW.head = OLD.head AND (
+                NEW.epsilon_sum IS DISTINCT FROM OLD.epsilon_sum
+                OR NEW.delta_sum IS DISTINCT FROM OLD.delta_sum
+                OR NEW.last_hash IS DISTINCT FROM OLD.last_hash)) THEN
+                RAISE EXCEPTION 'dpaccount ledger tips only move forward to a recorded hash';
+            END IF;
+            RETURN NEW;
+        END $$"""
+    )
+    statements.append(
+        f"CREATE OR REPLACE TRIGGER ledgers_tip_moves_forward BEFORE UPDATE ON {s}.ledgers "
+        f"FOR EACH ROW EXECUTE FUNCTION {s}.{_TIP_FUNCTION}()"
+    )
     statements.append(_append_within_sql(s))
     return statements
 
+
+#: The trigger function that keeps a ledger's cached tip moving forward only.
+_TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
 
 #: The server-side function behind :meth:`PostgresStore.append_within` (its signature;
 #: the name carries a version so a changed body gets a new function).
@@ -701,8 +723,10 @@ class PostgresStore:
         # Every statement is idempotent; a schema made before append_within existed
         # gets its function here.
         present = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
-            (f"{self._s}.meta_history", f"{self._s}.{_WITHIN_SIGNATURE}"),
+            "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
+            "AND to_regprocedure(%s) IS NOT NULL",
+            (f"{self._s}.meta_history", f"{self._s}.{_WITHIN_SIGNATURE}",
+             f"{self._s}.{_TIP_FUNCTION}()"),
         ).fetchone()[0]
         if present:
             return
@@ -1001,6 +1025,22 @@ class PostgresStore:
             (self.name, version, at, head, meta_json, prev,
              meta_hash(prev, version, at, head, meta_json)),
         )
+
+    def missing_protections(self) -> list[str]:
+        """The protective triggers that are missing or disabled (dropped or switched off)."""
+        expected = {"records_append_only", "records_no_truncate", "meta_history_append_only",
+                    "meta_history_no_truncate", "ledgers_keep", "ledgers_tip_moves_forward"}
+
+        def get(conn: Any) -> list[str]:
+            rows = conn.execute(
+                "SELECT t.tgname, t.tgenabled FROM pg_trigger t JOIN pg_class c "
+                "ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND NOT t.tgisinternal", (self.schema,)
+            ).fetchall()
+            enabled = {str(name) for name, state in rows if str(state) != "D"}
+            return sorted(expected - enabled)
+
+        return self._call(get)
 
     def __repr__(self) -> str:
         return f"PostgresStore(name={self.name!r}, schema={self.schema!r})"

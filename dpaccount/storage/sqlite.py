@@ -134,6 +134,19 @@ _SCHEMA = (
     CREATE TRIGGER IF NOT EXISTS ledgers_keep BEFORE DELETE ON ledgers
     BEGIN SELECT RAISE(ABORT, 'dpaccount ledgers cannot be deleted'); END
     """,
+    # The cached tip only moves forward, one record at a time, to a recorded hash: a
+    # reset of the cached sums (to admit more charges) is refused by the database.
+    """
+    CREATE TRIGGER IF NOT EXISTS ledgers_tip_moves_forward
+    BEFORE UPDATE OF head, epsilon_sum, delta_sum, last_hash ON ledgers
+    WHEN NEW.head NOT IN (OLD.head, OLD.head + 1)
+      OR (NEW.head = OLD.head AND (NEW.epsilon_sum IS NOT OLD.epsilon_sum
+          OR NEW.delta_sum IS NOT OLD.delta_sum OR NEW.last_hash IS NOT OLD.last_hash))
+      OR (NEW.head = OLD.head + 1 AND (SELECT hash FROM records
+          WHERE ledger = NEW.name AND seq = OLD.head) IS NOT NEW.last_hash)
+    BEGIN SELECT RAISE(ABORT, 'dpaccount ledger tips only move forward to a recorded hash');
+    END
+    """,
 )
 
 _RECORD_COLUMNS = "seq, payload, prev_hash, hash, query_id"
@@ -185,6 +198,10 @@ class SQLiteStore:
         self.lock_timeout = float(lock_timeout)
         self._lock = threading.RLock()
         self._identity: tuple[int, int] | None = None
+        #: The stored settings when this store initialized the ledger; a write finding
+        #: others (a migration by another process) fails closed.
+        self._meta_text: str | None = None
+        self._settings_text: str | None = None
         if self.path != ":memory:":
             self._create_private(create)
         try:
@@ -260,10 +277,12 @@ class SQLiteStore:
 
         self._write(create)
         self.verify()
-        stored = self.stored_meta()
-        if stored is None:  # pragma: no cover - the row was just written
+        text = self._read(lambda cur: cur.execute(
+            "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone())
+        if text is None:  # pragma: no cover - the row was just written
             raise StorageError(f"ledger {self.name!r} vanished after it was created")
-        return stored
+        self._meta_text = str(text[0])
+        return parse_meta(self._meta_text)
 
     def head(self) -> int:
         """The number of records in the ledger (0 if it does not exist yet)."""
@@ -315,6 +334,7 @@ class SQLiteStore:
             tip = self._tip(cur)
             if tip is None:
                 raise StorageError(f"ledger {self.name!r} is not initialized")
+            self._check_settings()
             if tip.head != expected_head:
                 raise LedgerConflictError(
                     f"expected {expected_head} records, found {tip.head}"
@@ -374,6 +394,7 @@ class SQLiteStore:
             tip = self._tip(cur)
             if tip is None:
                 raise StorageError(f"ledger {self.name!r} is not initialized")
+            self._check_settings()
             if tip.head < known_head:
                 raise LedgerCorruptError(
                     f"the ledger holds {tip.head} records, fewer than the {known_head} "
@@ -528,7 +549,20 @@ class SQLiteStore:
             cur.execute("UPDATE ledgers SET meta = ? WHERE name = ?", (meta_json, self.name))
             return True
 
-        return self._write(change)
+        changed = self._write(change)
+        if self._meta_text is not None:
+            self._meta_text = meta_json  # this store made the change: it writes under it
+        return changed
+
+    def missing_protections(self) -> list[str]:
+        """The names of the protective triggers that are not in the database (dropped)."""
+        expected = {"records_append_only_update", "records_append_only_delete",
+                    "meta_history_append_only_update", "meta_history_append_only_delete",
+                    "ledgers_keep", "ledgers_tip_moves_forward"}
+        present = set(self._read(lambda cur: [
+            str(r[0]) for r in cur.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        ]))
+        return sorted(expected - present)
 
     def meta_history(self) -> list[tuple[int, datetime, int, LedgerMeta]]:
         """Every metadata the ledger had: (version, when, head at that time, meta)."""
@@ -573,17 +607,28 @@ class SQLiteStore:
 
     def _tip(self, cur: sqlite3.Cursor) -> LedgerTip | None:
         row = cur.execute(
-            "SELECT head, last_hash, epsilon_sum, delta_sum FROM ledgers WHERE name = ?",
+            "SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM ledgers WHERE name = ?",
             (self.name,),
         ).fetchone()
         if row is None:
             return None
+        self._settings_text = str(row[4])
         return LedgerTip(
             int(row[0]),
             str(row[1]),
             parse_frac(row[2], "epsilon_sum"),
             parse_frac(row[3], "delta_sum"),
         )
+
+    def _check_settings(self) -> None:
+        """Fail closed if another process migrated the settings since this store opened
+        the ledger (call after :meth:`_tip` in a write transaction)."""
+        if self._meta_text is not None and self._settings_text != self._meta_text:
+            raise StorageError(
+                f"ledger {self.name!r} was migrated to other settings (budget, rule or "
+                "relation) since this store opened it; nothing was written. Reopen it, so "
+                "that every charge is decided under the stored settings."
+            )
 
     def _prev_hash(self, cur: sqlite3.Cursor, start: int) -> str:
         if start == 0:

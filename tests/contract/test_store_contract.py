@@ -258,6 +258,24 @@ class DurableContract(StoreContract):
             open_ledger(self.url(), name="main", budget=Budget(1, "1e-6"))
         again.close()
 
+    @pytest.mark.parametrize(
+        "tamper",
+        [
+            "UPDATE {s}ledgers SET epsilon_sum = '0/1', delta_sum = '0/1'",
+            "UPDATE {s}ledgers SET head = 0, epsilon_sum = '0/1', delta_sum = '0/1'",
+            "UPDATE {s}ledgers SET head = head + 2",
+        ],
+    )
+    def test_the_cached_tip_cannot_be_reset_while_triggers_stand(self, store: Store,
+                                                                 tamper: str) -> None:
+        # Integrity review: setting the cached sums back to 0 let a writer opened earlier
+        # keep charging past the budget. The database itself now refuses it.
+        self.fill(store, 3)
+        with pytest.raises(self.db_error(), match="forward"):
+            self.raw(tamper)
+        assert store.head() == 3
+        store.verify()  # type: ignore[attr-defined]
+
     def test_meta_edit_without_migration_is_detected(self, store: Store) -> None:
         self.fill(store, 1)
         self.raw("UPDATE {s}ledgers SET meta = replace(meta, '\"1/1\"', '\"9/1\"')")
@@ -478,7 +496,8 @@ class TestSQLiteStore(DurableContract):
 
     def unprotect(self) -> None:
         with sqlite3.connect(self.path) as conn:
-            for t in ("records_append_only_update", "records_append_only_delete"):
+            for t in ("records_append_only_update", "records_append_only_delete",
+                      "ledgers_tip_moves_forward"):
                 conn.execute(f"DROP TRIGGER {t}")
         conn.close()
 
@@ -590,6 +609,7 @@ class TestPostgresStore(DurableContract):
 
     def unprotect(self) -> None:
         self.raw("ALTER TABLE {s}records DISABLE TRIGGER USER")
+        self.raw("ALTER TABLE {s}ledgers DISABLE TRIGGER USER")
 
     def test_truncate_is_refused(self, store: Store) -> None:
         import psycopg

@@ -164,3 +164,55 @@ def test_passwords_never_appear_in_output_or_errors() -> None:
         assert code != 0
     assert "s3cret" not in out.getvalue()
 
+
+
+def test_a_writer_opened_before_a_migration_fails_closed(tmp_path: Path) -> None:
+    # Integrity review: a writer kept the old budget after another process migrated it
+    # from 1 to 0.5. It now refuses to write under settings that are no longer stored.
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    old = open_ledger(url, name="L", budget=Budget(1))
+    old.charge(PrivacyCost("0.4"))
+    open_ledger(url, name="L", budget=Budget("0.5"), migrate=True).store.close()
+    with pytest.raises(StorageError, match="migrated"):
+        old.charge(PrivacyCost("0.4"))
+    reopened = open_ledger(url, name="L", budget=Budget("0.5"))
+    with pytest.raises(DPAccountError):  # 0.4 + 0.4 > 0.5 under the stored budget
+        reopened.charge(PrivacyCost("0.4"))
+    assert len(reopened.records) == 1
+
+
+def test_verify_replays_the_rule_and_reports_overspending(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'o.db'}"
+    acct = open_ledger(url, name="L", budget=Budget(1))
+    acct.charge(PrivacyCost("0.75"))
+    acct.store.close()
+    # Another process lowers the budget with an explicit migration: the records now
+    # spend more than the stored budget, and verify must say so.
+    open_ledger(url, name="L", budget=Budget("0.5"), migrate=True).store.close()
+    out = io.StringIO()
+    assert ledger_main(["ledger", "verify", url, "--name", "L"], out=out) == 1
+    assert "OVERSPENT" in out.getvalue()
+
+
+def test_verify_reports_dropped_triggers(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    url = f"sqlite:///{path}"
+    open_ledger(url, name="L", budget=Budget(1)).store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TRIGGER ledgers_tip_moves_forward")
+    conn.close()
+    out = io.StringIO()
+    assert ledger_main(["ledger", "verify", url, "--name", "L"], out=out) == 1
+    assert "ledgers_tip_moves_forward" in out.getvalue()
+
+
+def test_verify_reports_disabled_triggers_on_postgres(pg_url: str) -> None:
+    import psycopg
+
+    open_ledger(pg_url, name="L", budget=Budget(1)).store.close()
+    schema = pg_url.rsplit("schema=", 1)[1]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'ALTER TABLE "{schema}".ledgers DISABLE TRIGGER USER')
+    out = io.StringIO()
+    assert ledger_main(["ledger", "verify", pg_url, "--name", "L"], out=out) == 1
+    assert "ledgers_tip_moves_forward" in out.getvalue()
