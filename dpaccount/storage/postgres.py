@@ -880,13 +880,7 @@ class PostgresStore:
             Whether the record was appended (and is durable), and the rows read last
             (starting with our own record if it was appended).
         """
-        self._prepare(conn)
-        cur = self._pg.ClientCursor(conn)
-        try:
-            cur.execute(self._sql_append[self.commit], params)
-        except self._pg.Error:
-            self._rollback(conn)
-            raise
+        cur = self._run_prepared(conn, self._sql_append[self.commit], params)
         appended = False
         selects: list[list[RecordRow]] = []
         while True:
@@ -907,16 +901,47 @@ class PostgresStore:
         return appended, rows
 
     def _prepare(self, conn: Any) -> None:
-        """Prepare the append statements once per connection."""
+        """Prepare the append statements once per connection (again after they are lost).
+
+        The connection is this store's own, so ``DEALLOCATE ALL`` first makes preparing
+        idempotent: after psycopg (or a pooler) dropped some or all of them, they are
+        prepared afresh.
+        """
         if self._prepared_on is conn:
             return
         try:
+            conn.execute("DEALLOCATE ALL")
             for name, sql in self._prepare_sql.items():
                 conn.execute(f"PREPARE {name} {sql}")
         except self._pg.Error:
             conn.close()  # start over on a fresh connection next time
             raise
         self._prepared_on = conn
+
+    def _run_prepared(self, conn: Any, sql: str, params: dict[str, Any]) -> Any:
+        """Execute one round trip of prepared statements; survive lost statements.
+
+        A failed transaction makes psycopg reset the session's prepared statements
+        (``DEALLOCATE ALL``), e.g. after losing a ``query_id`` race: they are prepared
+        again and the round trip retried once, so the writer keeps working.
+        """
+        for attempt in (1, 2):
+            self._prepare(conn)
+            cur = self._pg.ClientCursor(conn)
+            try:
+                cur.execute(sql, params)
+            except self._pg.errors.InvalidSqlStatementName:
+                self._rollback(conn)
+                self._prepared_on = None
+                if attempt == 2:
+                    raise
+                continue
+            except self._pg.Error:
+                self._rollback(conn)
+                self._prepared_on = None  # the session may have lost them: re-prepare
+                raise
+            return cur
+        raise StorageError("unreachable")  # pragma: no cover
 
     def _within_round_trip(
         self, conn: Any, params: dict[str, Any]
@@ -933,13 +958,7 @@ class PostgresStore:
             The record rows the function returned (from ``known - 1``), its status row,
             and whether the barrier found our record (always True for ``"sync"``).
         """
-        self._prepare(conn)
-        cur = self._pg.ClientCursor(conn)
-        try:
-            cur.execute(self._sql_within[self.commit], params)
-        except self._pg.Error:
-            self._rollback(conn)
-            raise
+        cur = self._run_prepared(conn, self._sql_within[self.commit], params)
         selects: list[list[Any]] = []
         while True:
             if (cur.statusmessage or "").startswith("SELECT"):

@@ -13,6 +13,7 @@ import sqlite3
 import stat
 import time
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -216,3 +217,18 @@ def test_verify_reports_disabled_triggers_on_postgres(pg_url: str) -> None:
     out = io.StringIO()
     assert ledger_main(["ledger", "verify", pg_url, "--name", "L"], out=out) == 1
     assert "ledgers_tip_moves_forward" in out.getvalue()
+
+
+@pytest.mark.parametrize("rule", ["basic", "filter"])
+def test_a_postgres_writer_survives_losing_its_prepared_statements(pg_url: str, rule: str
+                                                                  ) -> None:
+    # Integrity review: after a failed transaction psycopg runs DEALLOCATE ALL, and every
+    # later charge by that writer failed until it reopened. Drop them behind its back.
+    acct = open_ledger(pg_url, name="P", budget=Budget(10, "1e-5"), rule=rule)
+    acct.charge(PrivacyCost("0.1"))
+    store: Any = acct.store
+    store._connection().execute("DEALLOCATE ALL")
+    acct.charge(PrivacyCost("0.1"))
+    acct.charge(PrivacyCost("0.1"))
+    assert len(acct.records) == 3
+    store.close()
