@@ -136,6 +136,19 @@ def _describe(charge: Any) -> str:
     return text if len(text) <= 44 else text[:41] + "..."
 
 
+def _printable(text: str) -> str:
+    """Escape control and format characters (a stored label cannot forge a line or
+    drive the terminal; labels written before they were refused at input included)."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _cell(text: str) -> str:
+    """A CSV cell a spreadsheet will not run: formula prefixes get a leading quote."""
+    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def _show(args: argparse.Namespace) -> int:
     meta, records, tip = _load(args)
     out = _out(args)
@@ -145,9 +158,9 @@ def _show(args: argparse.Namespace) -> int:
     rows = [("seq", "when (UTC)", "label", "charge", "epsilon", "delta", "rule", "query_id")]
     for r in records:
         rows.append((
-            str(r.seq), r.timestamp.strftime("%Y-%m-%d %H:%M:%S"), r.label or "",
+            str(r.seq), r.timestamp.strftime("%Y-%m-%d %H:%M:%S"), _printable(r.label or ""),
             _describe(r.charge), format_number(r.cost.epsilon), format_number(r.cost.delta),
-            r.rule, r.query_id or "",
+            r.rule, _printable(r.query_id or ""),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
@@ -202,7 +215,8 @@ def _export(args: argparse.Namespace) -> int:
                              "delta", "epsilon_float_up", "delta_float_up", "charge"])
             for r, row in zip(records, rows, strict=True):
                 writer.writerow([
-                    r.seq, r.timestamp.isoformat(), r.label or "", r.query_id or "", r.rule,
+                    r.seq, r.timestamp.isoformat(), _cell(r.label or ""),
+                    _cell(r.query_id or ""), r.rule,
                     row["cost"]["epsilon"], row["cost"]["delta"],
                     format_number(r.cost.epsilon), format_number(r.cost.delta),
                     json.dumps(row["charge"], sort_keys=True, separators=(",", ":")),

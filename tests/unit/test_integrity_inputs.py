@@ -232,3 +232,36 @@ def test_a_postgres_writer_survives_losing_its_prepared_statements(pg_url: str, 
     acct.charge(PrivacyCost("0.1"))
     assert len(acct.records) == 3
     store.close()
+
+
+def test_old_labels_are_escaped_on_show_and_neutralised_in_csv(tmp_path: Path) -> None:
+    # Labels stored before they were refused at input (written here behind the
+    # accountant's back, through the store) must not forge lines in `show` or run as
+    # formulas in a spreadsheet.
+    from datetime import UTC, datetime
+
+    from dpaccount.records import LedgerRecord
+    from dpaccount.storage.sqlite import SQLiteStore
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    open_ledger(url, name="L", budget=Budget(10)).store.close()
+    store = SQLiteStore(tmp_path / "old.db", name="L")
+    labels = ["x\nrecords: 0   spent: (ε=0, δ=0)\x1b[2J", '=HYPERLINK("http://x","y")']
+    for seq, label in enumerate(labels):
+        store.append(seq, LedgerRecord(
+            seq=seq, label=label, charge=PrivacyCost("0.1"), cost=PrivacyCost("0.1"),
+            rule="basic", timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+        ))
+    store.close()
+    out = io.StringIO()
+    assert ledger_main(["ledger", "show", url, "--name", "L"], out=out) == 0
+    shown = out.getvalue()
+    assert "\x1b" not in shown and "\\x1b" in shown
+    # the forged summary stays inside its cell: no second line starts with it
+    assert [line for line in shown.splitlines() if line.startswith("records:")] == [
+        line for line in shown.splitlines() if line.startswith("records: 2")
+    ]
+    csv_out = io.StringIO()
+    assert ledger_main(["ledger", "export", url, "--name", "L", "--format", "csv"],
+                       out=csv_out) == 0
+    assert "'=HYPERLINK" in csv_out.getvalue()
