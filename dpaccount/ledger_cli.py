@@ -99,6 +99,8 @@ def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any
                 f"there is no ledger named {args.name!r} at {redact_url(args.url)}"
             )
         tip = store.verify()
+        if hasattr(store, "check_functions"):
+            store.check_functions()
         missing: list[str] = getattr(store, "missing_protections", list)()
         if missing:
             raise LedgerCorruptError(

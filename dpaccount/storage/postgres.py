@@ -193,6 +193,20 @@ _WITHIN_SIGNATURE = f"{_WITHIN_FUNCTION}(text, bigint, text, text, text, text, t
     "text, text, text)"
 
 
+def _function_sources(schema: str) -> dict[str, str]:
+    """name -> the body (pg_proc.prosrc) of every function dpaccount installs in ``schema``."""
+    sources: dict[str, str] = {}
+    for statement in _schema_sql(schema):
+        if "CREATE OR REPLACE FUNCTION" not in statement:
+            continue
+        name = statement.split("FUNCTION", 1)[1].split("(", 1)[0].split(".")[-1].strip()
+        for quote in ("$fn$", "$$"):
+            if quote in statement:
+                sources[name] = statement.split(quote)[1]
+                break
+    return sources
+
+
 def _append_within_sql(s: str) -> str:
     """The PL/pgSQL function that decides and appends at the head it finds.
 
@@ -427,11 +441,43 @@ class PostgresStore:
                 self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
 
         self._write(create)
+        self.check_functions()
         self.verify()
         stored = self.stored_meta()
         if stored is None:  # pragma: no cover - the row was just written
             raise StorageError(f"ledger {self.name!r} vanished after it was created")
         return stored
+
+    def check_functions(self) -> None:
+        """Refuse server-side functions whose definitions are not the ones dpaccount wrote.
+
+        The append function decides charges and the trigger functions guard the tables;
+        a replaced body (``CREATE OR REPLACE FUNCTION`` by anyone with the privilege)
+        could admit charges past the budget. Each function's source is compared with
+        the one this version of dpaccount installs.
+
+        Raises:
+            LedgerCorruptError: A function is missing or its source differs.
+        """
+        expected = _function_sources(self.schema)
+
+        def get(conn: Any) -> dict[str, str]:
+            rows = conn.execute(
+                "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname = %s", (self.schema,)
+            ).fetchall()
+            return {str(name): str(src) for name, src in rows}
+
+        found = self._call(get)
+        changed = sorted(name for name, src in expected.items() if found.get(name) != src)
+        if changed:
+            raise LedgerCorruptError(
+                f"the server-side function(s) {', '.join(changed)} of schema "
+                f"{self.schema!r} are missing or were replaced; charges decided by them "
+                "cannot be trusted. Restore them (open the ledger with a fresh schema or "
+                "drop and re-create the functions) and revoke CREATE on the schema from "
+                "everyone but the ledger's owner"
+            )
 
     def head(self) -> int:
         """The number of records in the ledger (0 if it does not exist yet)."""
