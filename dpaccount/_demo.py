@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from dpaccount.accountant import Accountant
-from dpaccount.costs import Budget, format_number
+from dpaccount.costs import Budget
 from dpaccount.errors import BudgetExceededError, ConfigError
 from dpaccount.ledgers import open_ledger
 from dpaccount.mechanisms import GaussianMechanism, LaplaceMechanism
@@ -111,8 +111,7 @@ def run_demo(acct: Accountant, out: TextIO | None = None) -> int:
         record = acct.records[-1]
         left = acct.remaining()
         print(f"{record.seq:>3}  {step.label:<48} {_fmt_answer(answer):>40}  "
-              f"{record.cost!s:<30} ε={format_number(left.epsilon)}, "
-              f"δ={format_number(left.delta)}", file=out)
+              f"{record.cost!s:<30} {left}", file=out)
         if step.label.startswith("sum of ages") and "count of all people" in answers:
             mean = answer / max(answers["count of all people"], 1.0)
             print(f"{'':>3}  {'  -> mean age = noisy sum / noisy count':<48} "

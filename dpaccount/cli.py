@@ -83,7 +83,7 @@ def _cmd_compose(args: argparse.Namespace) -> int:
         }))
     else:
         print(f"{args.count} x (ε={args.epsilon}, δ={args.delta}) under {args.rule!r}: "
-              f"ε={format_number(total.epsilon)}, δ={format_number(total.delta)}")
+              f"{total}")
         print(f"theorem: {theorem}")
     return 0
 

@@ -16,6 +16,7 @@ Examples:
 
 from __future__ import annotations
 
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -49,6 +50,67 @@ def format_number(value: Fraction | None) -> str:
         return str(value.numerator)
     exact = _short_decimal(value)
     return exact if exact is not None else repr(float_up(value))
+
+
+#: Significant digits shown by ``str`` of costs and budgets (the exact value is a
+#: property away: ``.epsilon``, ``.delta``).
+DISPLAY_DIGITS = 6
+
+
+def format_bound(value: Fraction | None, *, upward: bool = True,
+                 digits: int = DISPLAY_DIGITS) -> tuple[str, bool]:
+    """A short decimal for ``value`` and whether it is exact.
+
+    A value with at most 12 significant digits is shown exactly. Any other is rounded to
+    ``digits`` significant digits, **up** (``upward=True``: for what was spent, so the
+    display never under-states it) or down (for what is left). Returns the text and
+    whether it equals the value.
+
+    Examples:
+        >>> format_bound(Fraction(1, 10))
+        ('0.1', True)
+        >>> format_bound(Fraction(9999995707834774, 10**23))   # a float's noise
+        ('1e-07', False)
+        >>> format_bound(Fraction(7999999999999999, 10**16), upward=False)
+        ('0.799999', False)
+        >>> format_bound(Fraction(12345678))
+        ('12345678', True)
+    """
+    if value is None:
+        return "inf", True
+    if value == 0:
+        return "0", True
+    exact = _rounded(value, 12, upward)
+    if exact == value:
+        return _decimal_text(exact), True
+    return _decimal_text(_rounded(value, digits, upward)), False
+
+
+def _rounded(value: Fraction, digits: int, upward: bool) -> Fraction:
+    magnitude = abs(value)
+    exponent = len(str(magnitude.numerator)) - len(str(magnitude.denominator))
+    if Fraction(10) ** exponent > magnitude:
+        exponent -= 1
+    scale = Fraction(10) ** (digits - 1 - exponent)
+    scaled = value * scale
+    whole = -((-scaled.numerator) // scaled.denominator) if upward else (
+        scaled.numerator // scaled.denominator
+    )
+    return Fraction(whole) / scale
+
+
+def _decimal_text(value: Fraction) -> str:
+    """A short exact decimal in the style of ``repr(float)`` (``0.1``, ``1e-06``)."""
+    if value.denominator == 1 and abs(value) < 10**16:
+        return str(value.numerator)
+    number = (Decimal(value.numerator) / Decimal(value.denominator)).normalize()
+    adjusted = number.adjusted()
+    if -4 <= adjusted < 16:
+        return format(number, "f")
+    _sign, digits, _exponent = number.as_tuple()
+    mantissa = "".join(map(str, digits))
+    mantissa = mantissa[0] + ("." + mantissa[1:] if len(mantissa) > 1 else "")
+    return f"{'-' if number < 0 else ''}{mantissa}e{adjusted:+03d}"
 
 
 def _short_decimal(value: Fraction) -> str | None:
@@ -127,7 +189,14 @@ class PrivacyCost:
         )
 
     def __str__(self) -> str:
-        return f"(ε={format_number(self.epsilon)}, δ={format_number(self.delta)})"
+        return f"({_shown('ε', self.epsilon, True)}, {_shown('δ', self.delta, True)})"
+
+
+def _shown(symbol: str, value: Fraction | None, upward: bool) -> str:
+    """``ε=0.5`` when exact; ``ε≤0.8`` (a cost, rounded up) or ``ε≥0.799999`` (a budget,
+    rounded down) when the value needs more digits than are shown."""
+    text, exact = format_bound(value, upward=upward)
+    return f"{symbol}={text}" if exact else f"{symbol}{'≤' if upward else '≥'}{text}"
 
 
 def _trusted(epsilon: Fraction, delta: Fraction) -> PrivacyCost:
@@ -194,4 +263,4 @@ class Budget:
         )
 
     def __str__(self) -> str:
-        return f"(ε={format_number(self.epsilon)}, δ={format_number(self.delta)})"
+        return f"({_shown('ε', self.epsilon, False)}, {_shown('δ', self.delta, False)})"

@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, TextIO
 
-from dpaccount._numeric import float_down
 from dpaccount.charges import describe
 from dpaccount.composition import make_rule
-from dpaccount.costs import PrivacyCost, format_number
+from dpaccount.costs import PrivacyCost, format_bound, format_number
 from dpaccount.errors import (
     ConfigError,
     DPAccountError,
@@ -130,7 +129,13 @@ def _spent(meta: LedgerMeta, records: Sequence[LedgerRecord]) -> tuple[PrivacyCo
 
 
 def _down(value: Fraction) -> str:
-    return "0" if value == 0 else repr(float_down(value))
+    """What is left, rounded down to at most 6 significant digits (exact when short)."""
+    return format_bound(value, upward=False)[0]
+
+
+def _up(value: Fraction) -> str:
+    """What was spent, rounded up to at most 6 significant digits (exact when short)."""
+    return format_bound(value, upward=True)[0]
 
 
 def _describe(charge: Any) -> str:
@@ -161,7 +166,7 @@ def _show(args: argparse.Namespace) -> int:
     for r in records:
         rows.append((
             str(r.seq), r.timestamp.strftime("%Y-%m-%d %H:%M:%S"), _printable(r.label or ""),
-            _describe(r.charge), format_number(r.cost.epsilon), format_number(r.cost.delta),
+            _describe(r.charge), _up(r.cost.epsilon), _up(r.cost.delta),
             r.rule, _printable(r.query_id or ""),
         ))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -197,8 +202,8 @@ def _verify(args: argparse.Namespace) -> int:
               f"budget {meta.budget}", file=out)
         return 1
     print(f"ok: ledger {meta.name!r} has {len(records)} intact records; "
-          f"sum epsilon {format_number(tip.epsilon_sum)}, sum delta "
-          f"{format_number(tip.delta_sum)}; last hash {tip.last_hash}", file=out)
+          f"sum epsilon {_up(tip.epsilon_sum)}, sum delta "
+          f"{_up(tip.delta_sum)}; last hash {tip.last_hash}", file=out)
     return 0
 
 

@@ -70,6 +70,8 @@ def redact_url(url: str) -> str:
         userinfo, host = netloc.rsplit("@", 1)
         if ":" in userinfo:
             netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+    if netloc == parts.netloc and query == parts.query:
+        return str(url)  # nothing secret: keep the URL exactly as written
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

@@ -8,8 +8,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpaccount import Budget, InvalidCostError, PrivacyCost
+from dpaccount.costs import format_bound
 
 BAD_EPSILONS = [
     float("nan"), float("inf"), -float("inf"), -1e-300, -1, True, False, "abc", "nan", "inf",
@@ -78,3 +81,30 @@ def test_fits_is_inclusive_and_exact() -> None:
     assert PrivacyCost("1", "1e-6").fits(budget)
     assert not PrivacyCost(Fraction(1) + Fraction(1, 10**30), "1e-6").fits(budget)
     assert not PrivacyCost(1.0 + 2**-52).fits(budget)
+
+
+def _shown_value(text: str) -> Fraction:
+    return Fraction(Decimal(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=st.fractions(min_value=Fraction(1, 10**30), max_value=10**20)
+       | st.floats(min_value=1e-300, max_value=1e15).map(Fraction))
+def test_displayed_numbers_err_toward_privacy(value: Fraction) -> None:
+    # Issue (pipelines, item 6): a cost is shown rounded up, a budget left rounded down,
+    # an exact value as itself; never more than 12 significant digits.
+    up, up_exact = format_bound(value, upward=True)
+    down, down_exact = format_bound(value, upward=False)
+    assert _shown_value(up) >= value and _shown_value(down) <= value
+    assert up_exact == (_shown_value(up) == value)
+    assert down_exact == (_shown_value(down) == value)
+    digits = up.split("e")[0].replace(".", "").replace("-", "").strip("0")
+    assert len(digits) <= 12
+
+
+def test_float_noise_is_not_displayed() -> None:
+    # The review's examples: a delta of 9.999995707834774e-08 and an epsilon left of
+    # 0.7999999999999999 are shown as bounds with six digits, marked as such.
+    assert str(PrivacyCost("0.5", 9.999995707834774e-08)) == "(ε=0.5, δ≤1e-07)"
+    assert str(Budget(0.7999999999999999, "1e-6")) == "(ε≥0.799999, δ=1e-06)"
+    assert repr(PrivacyCost("0.5", "1e-6")) == "PrivacyCost(epsilon=0.5, delta=1e-06)"
