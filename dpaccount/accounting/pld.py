@@ -82,6 +82,7 @@ from dpaccount.accounting._pairs import (
     SubsampledLaplacePair,
     SymmetrisedPair,
 )
+from dpaccount.accounting._plans import DeclaredPlan
 from dpaccount.charges import (
     SCHEME_RELATION,
     Atom,
@@ -564,14 +565,6 @@ def _rate(value: Any) -> float:
     return 1.0 if rate == 1 else float_up(rate)
 
 
-def _plan_items(charges: Iterable[Charge]) -> list[tuple[Atom, int]]:
-    items: dict[Atom, int] = {}
-    for charge in charges:
-        for atom, count in atoms(charge):
-            items[atom] = items.get(atom, 0) + count
-    return list(items.items())
-
-
 def compose_plan(
     charges: Iterable[Charge],
     *,
@@ -599,7 +592,7 @@ def compose_plan(
         True
     """
     rel = Relation(relation)
-    items = _plan_items(charges)
+    items = DeclaredPlan(charges, "pld", "").items
     if not items:
         raise InvalidCostError("charges", [], "the plan is empty")
     options = {
@@ -741,11 +734,10 @@ class PLDRule(Rule[PLDState]):
             target_delta = budget.delta
         self.relation = Relation(relation)
         self.target_delta = check_delta(target_delta, "target_delta")
-        self._items = _plan_items(charges)
+        self._plan = DeclaredPlan(charges, "pld", "use the rdp rule for run-time parameters")
+        self._items = self._plan.items
         if not self._items:
             raise ConfigError("the pld rule needs a non-empty declared plan")
-        self._index = {atom: i for i, (atom, _count) in enumerate(self._items)}
-        self._costs = [cost_of(atom) for atom, _count in self._items]
         self._pld = compose_plan(
             charges,
             relation=self.relation,
@@ -768,28 +760,9 @@ class PLDRule(Rule[PLDState]):
         return PLDState((0,) * len(self._items), Fraction(0), Fraction(0))
 
     def add(self, state: PLDState, atom: Atom, count: int) -> PLDState:
-        try:
-            index = self._index.get(atom)
-        except TypeError:  # unhashable: certainly not a planned charge
-            index = None
-        if index is None:
-            raise UnsupportedChargeError(
-                f"{atom!r} is not in the declared plan of the pld rule (a fixed-plan rule "
-                "cannot take charges outside its plan; use the rdp rule for run-time "
-                "parameters)"
-            )
-        used = state.used[index] + count
-        declared = self._items[index][1]
-        if used > declared:
-            raise UnsupportedChargeError(
-                f"the declared plan of {declared} runs of {atom!r} is used up ({used} "
-                "requested); a fixed-plan rule cannot take charges outside its plan"
-            )
-        cost = self._costs[index]
+        used, cost = self._plan.use(state.used, atom, count)
         return PLDState(
-            (*state.used[:index], used, *state.used[index + 1 :]),
-            state.epsilon + cost.epsilon * count,
-            state.delta + cost.delta * count,
+            used, state.epsilon + cost.epsilon * count, state.delta + cost.delta * count
         )
 
     def total(self, state: PLDState) -> PrivacyCost:

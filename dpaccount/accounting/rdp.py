@@ -58,6 +58,7 @@ from dpaccount._numeric import (
     gaussian_delta_up,
     up,
 )
+from dpaccount.accounting._plans import DeclaredPlan
 from dpaccount.charges import (
     SCHEME_RELATION,
     Atom,
@@ -543,7 +544,7 @@ class RDPRule(Rule[RDPState]):
             self._set_plan(plan)
 
     def _set_plan(self, plan: Any) -> None:
-        from dpaccount.accounting.pld import _as_charges, _plan_items
+        from dpaccount.accounting.pld import _as_charges
 
         if plan is None:
             raise ConfigError(
@@ -552,9 +553,9 @@ class RDPRule(Rule[RDPState]):
                 "or a list of charges, or use adaptive=True (a Renyi filter) for "
                 "parameters chosen at run time"
             )
-        self._items = _plan_items(_as_charges(plan))
-        self._index = {atom: i for i, (atom, _count) in enumerate(self._items)}
-        self._costs = [cost_of(atom) for atom, _count in self._items]
+        self._plan = DeclaredPlan(_as_charges(plan), "rdp (adaptive=False)",
+                                  "use adaptive=True, a Renyi filter")
+        self._items = self._plan.items
         whole = np.array([0] * len(self.orders), dtype=object)
         for atom, count in self._items:
             whole = whole + _atom_vector(atom, self.orders, self.relation) * count
@@ -570,28 +571,9 @@ class RDPRule(Rule[RDPState]):
         total.setflags(write=False)
         if self.adaptive:
             return RDPState(total)
-        try:
-            index = self._index.get(atom)
-        except TypeError:  # unhashable: certainly not a planned charge
-            index = None
-        if index is None:
-            raise UnsupportedChargeError(
-                f"{atom!r} is not in the declared plan of the rdp rule with adaptive=False "
-                "(a fixed-plan rule cannot take parameters chosen at run time; use "
-                "adaptive=True, a Renyi filter)"
-            )
-        used = state.used[index] + count
-        if used > self._items[index][1]:
-            raise UnsupportedChargeError(
-                f"the declared plan of {self._items[index][1]} runs of {atom!r} is used up "
-                f"({used} requested); a fixed-plan rule cannot take charges outside its plan"
-            )
-        cost = self._costs[index]
+        used, cost = self._plan.use(state.used, atom, count)
         return RDPState(
-            total,
-            (*state.used[:index], used, *state.used[index + 1 :]),
-            state.epsilon + cost.epsilon * count,
-            state.delta + cost.delta * count,
+            total, used, state.epsilon + cost.epsilon * count, state.delta + cost.delta * count
         )
 
     def remaining(self, state: RDPState, budget: Budget, k: int) -> Budget:

@@ -255,14 +255,6 @@ class TestRDPPlan(FixedPlanContract):
 
         return RDPRule(budget=BUDGET, adaptive=False, plan=PLAN)
 
-    def test_refuses_past_the_end(self) -> None:
-        rule = self.make()
-        state = rule.extend(rule.start(), Repeated(UNIT, 500))
-        with pytest.raises(UnsupportedChargeError, match="plan of 500"):
-            rule.extend(state, UNIT)
-        with pytest.raises(UnsupportedChargeError):
-            rule.extend(rule.start(), Repeated(UNIT, 501))
-
     def test_needs_a_plan(self) -> None:
         from dpaccount.accounting import RDPRule
         from dpaccount.errors import ConfigError

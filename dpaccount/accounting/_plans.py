@@ -1,0 +1,58 @@
+"""The declared plan of charges that the fixed-plan tight rules (``pld``, ``rdp`` with
+``adaptive=False``) hold: which atoms, how many runs of each, and what is used up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from dpaccount.charges import Atom, Charge, atoms, cost_of
+from dpaccount.costs import PrivacyCost
+from dpaccount.errors import UnsupportedChargeError
+
+__all__ = ["DeclaredPlan"]
+
+
+class DeclaredPlan:
+    """Equal atoms of a plan grouped with their declared counts (in first-seen order).
+
+    Args:
+        charges: The plan's charges (``Repeated`` allowed).
+        rule: The rule's name, for messages.
+        instead: What to use for parameters chosen at run time, for messages.
+    """
+
+    def __init__(self, charges: Iterable[Charge], rule: str, instead: str) -> None:
+        grouped: dict[Atom, int] = {}
+        for charge in charges:
+            for atom, count in atoms(charge):
+                grouped[atom] = grouped.get(atom, 0) + count
+        self.items: list[tuple[Atom, int]] = list(grouped.items())
+        self._index = {atom: i for i, (atom, _count) in enumerate(self.items)}
+        self._costs = [cost_of(atom) for atom, _count in self.items]
+        self._rule = rule
+        self._instead = instead
+
+    def use(self, used: tuple[int, ...], atom: Atom, count: int
+            ) -> tuple[tuple[int, ...], PrivacyCost]:
+        """The runs used after ``count`` more runs of ``atom``, and one run's cost.
+
+        Raises:
+            UnsupportedChargeError: The atom is not in the plan, or its runs are used up.
+        """
+        try:
+            index = self._index.get(atom)
+        except TypeError:  # unhashable: certainly not a planned charge
+            index = None
+        if index is None:
+            raise UnsupportedChargeError(
+                f"{atom!r} is not in the declared plan of the {self._rule} rule (a "
+                f"fixed-plan rule cannot take charges outside its plan; {self._instead})"
+            )
+        total = used[index] + count
+        declared = self.items[index][1]
+        if total > declared:
+            raise UnsupportedChargeError(
+                f"the declared plan of {declared} runs of {atom!r} is used up ({total} "
+                "requested); a fixed-plan rule cannot take charges outside its plan"
+            )
+        return (*used[:index], total, *used[index + 1 :]), self._costs[index]
