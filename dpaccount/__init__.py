@@ -1,6 +1,6 @@
 """dpaccount: a differential-privacy budget guard.
 
-Mechanisms state their privacy cost before they run; an :class:`Accountant` composes the
+Mechanisms state their privacy cost before they run; an `Accountant` composes the
 costs with a proven rule and refuses any query that would exceed the budget, before the
 query touches data. Budgets and sums are exact.
 

@@ -1,15 +1,15 @@
 """Exact and directed-rounding arithmetic for privacy parameters.
 
-Budgets and charges are exact rationals (:class:`fractions.Fraction`). A float is taken
+Budgets and charges are exact rationals (`fractions.Fraction`). A float is taken
 at its exact binary value (``0.1`` is ``3602879701896397/36028797018963968``, slightly
-above one tenth); a ``str``, :class:`~decimal.Decimal` or :class:`~fractions.Fraction` at
+above one tenth); a ``str``, `Decimal` or `Fraction` at
 its exact decimal or rational value.
 
 Bounds that need transcendental functions are evaluated in floating point and then
-rounded *up* by a few units in the last place (:func:`up`), which covers the error of
+rounded *up* by a few units in the last place (`up()`), which covers the error of
 the C library's ``exp``/``log``/``sqrt`` (correctly rounded or within one ulp on every
 platform CPython supports) with margin. Functions that must round toward *less* (for
-example an inverse that gives a per-query budget) use :func:`down`.
+example an inverse that gives a per-query budget) use `down()`.
 """
 
 from __future__ import annotations
@@ -123,12 +123,12 @@ def _real_as_float(value: Any) -> float | None:
 
 
 def to_fraction(value: Any, field: str) -> Fraction:
-    """Convert a user-given number to an exact :class:`Fraction`.
+    """Convert a user-given number to an exact `Fraction`.
 
     Subclasses of ``int``, ``float``, ``Fraction`` and ``Decimal`` are read through the
     base type's own data (an overridden ``__eq__`` or ``numerator`` cannot change the
     value), and strings must be plain ASCII decimals or ratios. Values whose exact form
-    would need more than :data:`MAX_VALUE_BITS` bits are refused before they are built.
+    would need more than `MAX_VALUE_BITS` bits are refused before they are built.
 
     Args:
         value: An int, float, str, Decimal, Fraction, or numpy scalar.
@@ -211,7 +211,7 @@ MIN_FLOAT_DELTA = Fraction(1, 10**300)
 
 
 def check_float_delta(value: Fraction, field: str = "target_delta") -> Fraction:
-    """Refuse a positive delta below :data:`MIN_FLOAT_DELTA` for a floating-point bound.
+    """Refuse a positive delta below `MIN_FLOAT_DELTA` for a floating-point bound.
 
     Raises:
         InvalidCostError: For 0 < value < 1e-300, naming the field and the way out.
@@ -311,7 +311,7 @@ def up(value: float, ulps: int = _DEFAULT_ULPS) -> Fraction:
 
 
 def down(value: float, ulps: int = _DEFAULT_ULPS) -> Fraction:
-    """Round a floating-point result downward (the mirror of :func:`up`), floored at 0."""
+    """Round a floating-point result downward (the mirror of `up()`), floored at 0."""
     if math.isnan(value):
         raise InvalidCostError("result", value, "computation produced NaN")
     for _ in range(ulps):

@@ -107,17 +107,17 @@ class Accountant:
     """A privacy-budget ledger that checks and records each charge in one atomic step.
 
     A charge is admitted only if the composed total, under the accountant's rule, stays
-    within the budget; otherwise :class:`~dpaccount.errors.BudgetExceededError` is raised
+    within the budget; otherwise `BudgetExceededError` is raised
     and nothing changes. The running state of the rule is kept, so a charge costs O(1)
     whatever the ledger's length. The default rule, ``"basic"``, is valid even when each
     query's epsilon and delta are chosen at run time (Rogers, Roth, Ullman and Vadhan
     2016, Thm 3.6).
 
     Args:
-        budget: The total budget: a :class:`Budget`, a number (epsilon only) or an
+        budget: The total budget: a `Budget`, a number (epsilon only) or an
             ``(epsilon, delta)`` tuple.
-        rule: A rule name (``"basic"`` and those in :data:`dpaccount.composition.RULES`)
-            or a :class:`~dpaccount.composition.Rule`.
+        rule: A rule name (``"basic"`` and those in `dpaccount.composition.RULES`)
+            or a `Rule`.
         store: Where records live; an in-memory store by default.
         relation: The neighbouring relation all charges are stated for.
         name: The ledger's name (stored with it).
@@ -125,7 +125,7 @@ class Accountant:
         rule_options: Further keyword arguments for the rule.
         dataset_size: The number of records n, if known. Then a charge that would take
             the total delta to 1/n or more is refused, and a budget whose delta is at
-            least 1/n gives a :class:`~dpaccount.errors.DeltaWarning` (delta must be
+            least 1/n gives a `DeltaWarning` (delta must be
             much smaller than 1/n: see the catastrophe mechanism in the docs).
 
     Raises:
@@ -211,7 +211,7 @@ class Accountant:
 
     @property
     def spent_meaning(self) -> SpentMeaning:
-        """What :attr:`spent` is a guarantee of under this ledger's rule."""
+        """What `spent` is a guarantee of under this ledger's rule."""
         return self._rule.spent_meaning
 
     @property
@@ -228,7 +228,7 @@ class Accountant:
     def spent(self) -> PrivacyCost:
         """The composed total of every recorded charge under the rule.
 
-        What it is a guarantee of depends on the rule (:attr:`spent_meaning`): for a
+        What it is a guarantee of depends on the rule (`spent_meaning`): for a
         privacy filter, the value it certifies against its finite budget; for ``basic``
         the exact sums; for a fixed-plan rule the bound for the declared plan.
         """
@@ -314,11 +314,11 @@ class Accountant:
         """Check a charge against the budget and record it, as one atomic step.
 
         Args:
-            charge: A :class:`PrivacyCost`, a charge from :mod:`dpaccount.charges`, or a
+            charge: A `PrivacyCost`, a charge from `dpaccount.charges`, or a
                 mechanism (its ``.charge`` is used).
             label: A label stored with the record.
             query_id: An idempotency key: a second charge with the same key is refused
-                with :class:`~dpaccount.errors.DuplicateQueryError` (it never charges
+                with `DuplicateQueryError` (it never charges
                 twice, and the query must not be re-run for fresh noise).
 
         Returns:
@@ -392,7 +392,7 @@ class Accountant:
     ) -> Callable[[F], F]:
         """Decorate a query: charge first, run it only if admitted, then add noise.
 
-        See :func:`dpaccount.guard.guard` for the full contract (sync and async,
+        See `dpaccount.guard.guard()` for the full contract (sync and async,
         ``query_id``).
         """
         from dpaccount.guard import guard
@@ -404,7 +404,7 @@ class Accountant:
         """Charge ``mechanism``, then run ``query(*args, **kwargs)`` and release its result.
 
         ``query_id=`` and ``label=`` are taken by ``run`` itself (not passed to the
-        query). See :func:`dpaccount.guard.run`.
+        query). See `dpaccount.guard.run()`.
         """
         from dpaccount.guard import run
 
@@ -433,7 +433,7 @@ class Accountant:
 
         The basic rule admits a charge exactly when the exact sums of epsilon and delta,
         this charge included, stay within the budget (and strictly below 1/n when a
-        dataset size is declared); a store offering :class:`SumLimitedStore` makes that
+        dataset size is declared); a store offering `SumLimitedStore` makes that
         comparison on its stored sums and appends in the same atomic step.
         """
         try:
@@ -521,7 +521,7 @@ MAX_TEXT_LENGTH = 1000
 def check_text(value: Any, field: str) -> None:
     """Refuse a label or query_id that could break a ledger or forge its output.
 
-    It must be None or a ``str`` of at most :data:`MAX_TEXT_LENGTH` characters that
+    It must be None or a ``str`` of at most `MAX_TEXT_LENGTH` characters that
     encodes as strict UTF-8 (no lone surrogates, which every backend would store but no
     reader could decode) and holds no control characters (newlines and terminal escapes
     would forge lines in ``dpaccount ledger show``). Checked before anything is charged,

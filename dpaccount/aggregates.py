@@ -1,14 +1,14 @@
 """Guarded aggregates for pipelines: count, sum, mean, histogram and quantile.
 
 Each function takes the data (a numpy array, a pandas Series, or any 1-D sequence), the
-:class:`~dpaccount.accountant.Accountant` to charge and the privacy parameters, and
+`Accountant` to charge and the privacy parameters, and
 follows the same order:
 
 1. validate every parameter and build the mechanism (its cost is then known);
 2. **charge the accountant** (a refusal raises
-   :class:`~dpaccount.errors.BudgetExceededError` and the data is never read);
+   `BudgetExceededError` and the data is never read);
 3. compute the true answer with the implemented arithmetic below, add noise, and
-   return an :class:`AggregateResult` with the noisy value, the ledger record, the
+   return an `AggregateResult` with the noisy value, the ledger record, the
    sensitivity used and an accuracy statement (an interval that holds with probability
    at least ``level``).
 
@@ -36,17 +36,13 @@ data passed is "the records of the dataset that this query reads": it may be a c
 selected by a data-independent rule (a filter on each record's own value), so under
 substitution a changed record may also move in or out of the selection.
 
-============  ===========================  ==========================================
-aggregate     add/remove                   substitution (value change, or in/out of
-                                           the selection)
-============  ===========================  ==========================================
-count         1                            1
-sum           max(|a|, |b|)                max(b - a, |a|, |b|)
-mean          centred sum: max(b-c, c-a)   centred sum: b - a; count: 1
-              and count: 1
-histogram     one bin by 1 (L1 = L2² = 1)  two bins by 1 each (L1 = L2² = 2)
-quantile      max(q, 1 - q) (utility)      1 (utility)
-============  ===========================  ==========================================
+| aggregate | add/remove | substitution (value change, or in/out of the selection) |
+|---|---|---|
+| count | 1 | 1 |
+| sum | max(abs(a), abs(b)) | max(b - a, abs(a), abs(b)) |
+| mean | centred sum: max(b-c, c-a) and count: 1 | centred sum: b - a; count: 1 |
+| histogram | one bin by 1 (L1 = L2² = 1) | two bins by 1 each (L1 = L2² = 2) |
+| quantile | max(q, 1 - q) (utility) | 1 (utility) |
 
 Missing values: NaN is replaced by ``fill`` (default: 0 clipped into the bounds) in
 ``sum``/``mean``; ``+inf``/``-inf`` clip to the bounds. ``histogram`` drops values outside
@@ -583,7 +579,7 @@ def sum_sensitivity(fp: FixedPoint, relation: Relation, centre: int = 0) -> int:
 def lattice_sum(data: Any, fp: FixedPoint, centre: int = 0) -> int:
     """The implemented true (pre-noise) sum, in lattice steps: sum of (int_i - centre).
 
-    This is exactly what :func:`sum` (``centre = 0``) and :func:`mean` add noise to.
+    This is exactly what `sum()` (``centre = 0``) and `mean()` add noise to.
 
     Examples:
         >>> fp = FixedPoint.build(0, 1, granularity="0.5")
@@ -595,7 +591,7 @@ def lattice_sum(data: Any, fp: FixedPoint, centre: int = 0) -> int:
 
 
 def quantile_utilities(data: Any, grid: Any, q: Fraction) -> list[Fraction]:
-    """The implemented utilities of :func:`quantile`: -|#{x <= c} - q n| per candidate c.
+    """The implemented utilities of `quantile()`: -|#{x <= c} - q n| per candidate c.
 
     Examples:
         >>> quantile_utilities([1.0, 2.0, 3.0, 4.0], [2.0, 3.0], Fraction(1, 2))
@@ -608,7 +604,7 @@ def quantile_utilities(data: Any, grid: Any, q: Fraction) -> list[Fraction]:
 
 
 def histogram_counts(data: Any, edges: Any) -> list[int]:
-    """The implemented true counts of :func:`histogram` over numeric bin edges.
+    """The implemented true counts of `histogram()` over numeric bin edges.
 
     Examples:
         >>> histogram_counts([0.5, 1.5, 2.0, 9.0, float("nan")], [0, 1, 2])
@@ -871,7 +867,7 @@ def histogram(
     """Noisy counts over declared bins (numeric edges) or declared categories.
 
     Give ``bins`` (strictly increasing finite edges; bin i is [e_i, e_{i+1}), the last
-    one closed, as :func:`numpy.histogram`) or ``categories`` (values compared with
+    one closed, as `numpy.histogram()`) or ``categories`` (values compared with
     ``==``; others are dropped). Each record falls in at most one bin, so one record
     changes one count by 1 (add/remove) or two counts by 1 (substitution). Noise is
     independent per bin.

@@ -1,11 +1,11 @@
 """What one query costs: immutable descriptions that rules compose.
 
 A *charge* describes a query's privacy cost before it runs. The simplest is a
-:class:`~dpaccount.costs.PrivacyCost`; richer charges keep what tight accountants need
+`PrivacyCost`; richer charges keep what tight accountants need
 (the noise of a Gaussian, the scale of a Laplace, a sampling rate) while still reporting
-a valid (epsilon, delta) guarantee through :func:`cost_of`.
+a valid (epsilon, delta) guarantee through `cost_of()`.
 
-Multiplicity is applied in one place, :func:`atoms`: ``Repeated(c, k)`` is *exactly* k
+Multiplicity is applied in one place, `atoms()`: ``Repeated(c, k)`` is *exactly* k
 charges of ``c`` under every rule.
 
 Examples:
@@ -182,7 +182,7 @@ class DiscreteLaplaceCharge:
     Algorithm 2). It is one mechanism with fixed parameters (composition is the
     rule's business). The PLD engine uses its exact discrete privacy loss distribution
     in one dimension (it is *not* dominated by the continuous Laplace of the same scale,
-    so this is not a :class:`LaplaceCharge`).
+    so this is not a `LaplaceCharge`).
 
     Attributes:
         scale: The discrete Laplace parameter b > 0, in lattice steps.
@@ -214,7 +214,7 @@ class DiscreteGaussianCharge:
     scalar, the integer S). ``epsilon`` and ``delta`` are the guarantee the mechanism
     certified for its sampler (Canonne, Kamath and Steinke 2020, Thm 7 for a scalar;
     Thm 14 with Cor. 13 for vectors), computed and rounded up by
-    :class:`~dpaccount.mechanisms.GaussianMechanism`; they are trusted as given, so a
+    `GaussianMechanism`; they are trusted as given, so a
     hand-built charge must carry a proven pair. Tight engines use sigma and the
     sensitivity instead: Renyi DP alpha S^2 / (2 sigma^2) at every order (CKS 2020,
     Prop. 5 for a scalar; additivity over coordinates for vectors), and in one
@@ -267,7 +267,7 @@ class Subsampled:
     delta' = rate * delta: Balle, Barthe and Gaboardi 2018, Thm 8 (Poisson sampling,
     add/remove neighbours) and Thm 9 (sampling without replacement, substitution
     neighbours). The relation is fixed by the scheme; other pairings are not covered by
-    those theorems and are refused by :func:`relation_of` users.
+    those theorems and are refused by `relation_of()` users.
 
     Examples:
         >>> s = Subsampled(PrivacyCost(1), rate="0.01", scheme=Scheme.POISSON)
@@ -341,7 +341,7 @@ class Parallel:
 class Repeated:
     """``count`` runs of the same charge (adaptively chosen, same parameters).
 
-    Every rule treats it exactly as ``count`` separate charges (see :func:`atoms`).
+    Every rule treats it exactly as ``count`` separate charges (see `atoms()`).
 
     Examples:
         >>> Repeated(PrivacyCost(1, "1e-6"), 4).cost
@@ -361,7 +361,7 @@ class Repeated:
         return cost_of(self.charge).times(self.count)
 
 
-#: A charge that is not a :class:`Repeated`: one run of one mechanism.
+#: A charge that is not a `Repeated`: one run of one mechanism.
 Atom: TypeAlias = (
     PrivacyCost
     | LaplaceCharge
@@ -396,7 +396,7 @@ def _check_charge(value: Any) -> None:
 
 
 def atoms(charge: Charge) -> Iterator[tuple[Atom, int]]:
-    """Flatten nested :class:`Repeated` charges into ``(atom, multiplicity)`` pairs.
+    """Flatten nested `Repeated` charges into ``(atom, multiplicity)`` pairs.
 
     This is the one place multiplicity is applied.
     """
@@ -444,17 +444,17 @@ def check_relations(charge: Charge, relation: Relation | str) -> None:
     ledger, at the top) needs, and each level passes on what its theorem needs of the
     level below:
 
-    * :class:`Subsampled`, Poisson: proven for add/remove neighbours only, and needs an
+    * `Subsampled`, Poisson: proven for add/remove neighbours only, and needs an
       inner mechanism that is DP under add/remove on the subsample (Balle, Barthe and
       Gaboardi 2018, Thm 8).
-    * :class:`Subsampled`, without replacement: proven for substitution only, and needs
+    * `Subsampled`, without replacement: proven for substitution only, and needs
       an inner mechanism that is DP under substitution on the subsample (BBG 2018, Thm 9).
-    * :class:`Parallel` under add/remove (McSherry 2009, Thm 4): one record is added to
+    * `Parallel` under add/remove (McSherry 2009, Thm 4): one record is added to
       or removed from one partition, so each part must be DP under add/remove.
-    * :class:`Parallel` under substitution: a changed record either stays in its
+    * `Parallel` under substitution: a changed record either stays in its
       partition (a substitution there) or moves between two (a removal from one and an
       addition to the other), so each part must be DP under *both* relations.
-    * :class:`Repeated`: the same as its inner charge.
+    * `Repeated`: the same as its inner charge.
     * A plain cost or mechanism charge states no relation of its own: it is the
       caller's claim, for whatever relation its level needs.
 

@@ -1,9 +1,9 @@
 """Privacy costs and budgets: exact, immutable, validated values.
 
-A :class:`PrivacyCost` is what a mechanism guarantees, (epsilon, delta)-differential
-privacy (Dwork and Roth 2014, Def. 2.4); a :class:`Budget` is how much a ledger may
-spend. Both hold exact :class:`~fractions.Fraction` values: a float is taken at its exact
-binary value, a string or :class:`~decimal.Decimal` at its exact decimal value, so sums
+A `PrivacyCost` is what a mechanism guarantees, (epsilon, delta)-differential
+privacy (Dwork and Roth 2014, Def. 2.4); a `Budget` is how much a ledger may
+spend. Both hold exact `Fraction` values: a float is taken at its exact
+binary value, a string or `Decimal` at its exact decimal value, so sums
 never under-count.
 
 Examples:
@@ -233,7 +233,7 @@ class Budget:
     """The total (epsilon, delta) a ledger may spend.
 
     Attributes:
-        epsilon: Non-negative and finite, or None for :meth:`unlimited` (tracking only).
+        epsilon: Non-negative and finite, or None for `unlimited()` (tracking only).
         delta: In [0, 1).
 
     Examples:

@@ -1,6 +1,6 @@
 """The one error tree of dpaccount.
 
-Every error the library raises on purpose is a :class:`DPAccountError`; where the
+Every error the library raises on purpose is a `DPAccountError`; where the
 meaning of a builtin holds, the error also subclasses it, so ``except ValueError`` keeps
 working for invalid input::
 
@@ -17,11 +17,11 @@ working for invalid input::
         ├── LedgerConflictError                        a concurrent writer won; retryable
         └── LedgerCorruptError                         a record fails validation or the chain breaks
 
-Warnings: :class:`DeltaWarning` (a ``UserWarning``) when a budget's delta reaches 1/n for
+Warnings: `DeltaWarning` (a ``UserWarning``) when a budget's delta reaches 1/n for
 a declared dataset size n.
 
-A missing optional extra raises :class:`ImportError` naming the
-``pip install "dpaccount[...]"`` command that provides it (see :func:`missing_extra`).
+A missing optional extra raises `ImportError` naming the
+``pip install "dpaccount[...]"`` command that provides it (see `missing_extra()`).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class DuplicateQueryError(DPAccountError):
 
     Retrying a query with the same id never charges twice, and it must not run the query
     again either (fresh noise for free would leak more). The original record is kept
-    in :attr:`record`.
+    in `record`.
 
     Attributes:
         query_id: The repeated id.
@@ -185,7 +185,7 @@ class UnreleasableResultError(DPAccountError, ValueError):
 
     Raised after the query ran (so its charge is kept: no refunds). The message and the
     attributes describe the answer only by its type, shape and dtype (see
-    :func:`describe_secret`); the answer itself is never kept on the error, its
+    `describe_secret()`); the answer itself is never kept on the error, its
     arguments, its ``__cause__`` or its ``__context__``.
 
     Attributes:
@@ -248,7 +248,7 @@ class DeltaWarning(UserWarning):
 
 
 def missing_extra(module: str, extra: str) -> ImportError:
-    """Build the :class:`ImportError` for an optional dependency that is not installed.
+    """Build the `ImportError` for an optional dependency that is not installed.
 
     Args:
         module: The module that failed to import (e.g. ``"psycopg"``).

@@ -2,7 +2,7 @@
 
 The order is fixed: (1) the mechanism's charge is checked and recorded atomically,
 (2) the query runs on the data, (3) the mechanism adds noise to its answer. A refused
-charge raises :class:`~dpaccount.errors.BudgetExceededError` and the query never runs.
+charge raises `BudgetExceededError` and the query never runs.
 
 **No refunds.** A query that raises after its charge was recorded keeps the charge. The
 failure itself can depend on the data (an exception on one record, a timeout on a large
@@ -10,11 +10,11 @@ group), so refunding would let an attacker learn from which queries were refunde
 crash between the query and a refund would lose the refund's bookkeeping anyway.
 
 **Nothing secret in errors.** An answer the mechanism cannot release raises
-:class:`~dpaccount.errors.UnreleasableResultError`, which names the answer's type and
+`UnreleasableResultError`, which names the answer's type and
 shape only; the answer is never on the error, its arguments or its context.
 
 **Retries.** With ``query_id`` a retried query is refused with
-:class:`~dpaccount.errors.DuplicateQueryError` before it runs: it is never charged twice
+`DuplicateQueryError` before it runs: it is never charged twice
 and never re-run for fresh noise.
 
 **Generators** are refused when decorated (a generator function returns before its body
@@ -91,7 +91,7 @@ def guard(
         query_id: An idempotency key: a string, or a function of the call's arguments
             returning one (e.g. ``lambda rows, day: f"adults-{day}"``). A call whose id
             is already in the ledger raises
-            :class:`~dpaccount.errors.DuplicateQueryError` and does not run.
+            `DuplicateQueryError` and does not run.
 
     Raises:
         TypeError: ``mechanism`` is not a mechanism, or the query is a generator function.

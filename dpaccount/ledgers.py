@@ -1,18 +1,16 @@
 """Open a durable, shared ledger by URL: the same call for every backend.
 
-============================================  =============================================
-URL                                           store
-============================================  =============================================
-``memory://``                                 :class:`~dpaccount.storage.memory.MemoryStore`
-``sqlite:///relative/path.db``                :class:`~dpaccount.storage.sqlite.SQLiteStore`
-``sqlite:////absolute/path.db``               (four slashes: an absolute path)
-``postgresql://user@host:port/db``            :class:`~dpaccount.storage.postgres.PostgresStore`
-``postgres://...``                            (the same)
-============================================  =============================================
+| URL | store |
+|---|---|
+| ``memory://`` | `MemoryStore` |
+| ``sqlite:///relative/path.db`` | `SQLiteStore` |
+| ``sqlite:////absolute/path.db`` | (four slashes: an absolute path) |
+| ``postgresql://user@host:port/db`` | `PostgresStore` |
+| ``postgres://...`` | (the same) |
 
 Options go in the query string: ``?lock_timeout=10`` (seconds, every SQL backend),
 ``?schema=name`` (PostgreSQL: the schema holding the tables, ``dpaccount`` by default)
-and ``?commit=group|sync`` (PostgreSQL: see :class:`~dpaccount.storage.postgres.PostgresStore`).
+and ``?commit=group|sync`` (PostgreSQL: see `PostgresStore`).
 
 Examples:
     >>> import os, tempfile
@@ -181,15 +179,15 @@ def open_ledger(
     """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
 
     A new ledger stores its budget, rule and relation. Reopening with other settings is
-    refused with :class:`~dpaccount.errors.ConfigError` unless ``migrate=True``, which
+    refused with `ConfigError` unless ``migrate=True``, which
     records the change in the ledger's metadata history (who spent what is kept, and the
     new rule composes every record again). The whole ledger is verified on open.
 
     Args:
         url: ``memory://``, ``sqlite:///path.db`` or ``postgresql://user@host/db``.
         name: The ledger's name (one per dataset; many can share a database).
-        budget: A :class:`~dpaccount.costs.Budget`, a number (epsilon) or a tuple.
-        rule: A rule name or :class:`~dpaccount.composition.Rule`.
+        budget: A `Budget`, a number (epsilon) or a tuple.
+        rule: A rule name or `Rule`.
         relation: The neighbouring relation of every charge.
         plan: A declared plan, for fixed-plan rules.
         migrate: Record an explicit migration if the stored settings differ.
@@ -197,7 +195,7 @@ def open_ledger(
         dataset_size: The number of records n, if declared (total delta stays < 1/n).
 
     Returns:
-        An :class:`~dpaccount.accountant.Accountant` whose store is the opened ledger.
+        An `Accountant` whose store is the opened ledger.
 
     Raises:
         ConfigError: Unknown scheme, or stored settings differ and ``migrate`` is False.

@@ -1,7 +1,7 @@
 """Plots of composition bounds (matplotlib is an optional extra: ``dpaccount[plot]``).
 
-:func:`composition_curves` computes the numbers (no matplotlib needed);
-:func:`plot_composition` draws total epsilon against the number of queries k for basic,
+`composition_curves()` computes the numbers (no matplotlib needed);
+`plot_composition()` draws total epsilon against the number of queries k for basic,
 advanced (Dwork-Roth Thm 3.20), the Whitehouse et al. 2023 filter, and the exact optimum
 (Kairouz-Oh-Viswanath 2015 Thm 3.3), with the Agg backend.
 
@@ -45,7 +45,7 @@ def _k_grid(k_max: int, points: int) -> list[int]:
 def composition_curves(
     epsilon: Any, delta: Any, k_max: int, delta_slack: Any, *, points: int = 100
 ) -> dict[str, list[Any]]:
-    """Total epsilon against k for each rule in :data:`CURVES`.
+    """Total epsilon against k for each rule in `CURVES`.
 
     Args:
         epsilon: Per-query epsilon.
@@ -90,7 +90,7 @@ def plot_composition(
         epsilon: Per-query epsilon.
         delta: Per-query delta.
         k_max: Largest k drawn.
-        delta_slack: delta' (see :func:`composition_curves`).
+        delta_slack: delta' (see `composition_curves()`).
         path: Output file; the format follows its suffix (``.png``, ``.svg``, ...).
         points: How many values of k.
 

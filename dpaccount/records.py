@@ -1,7 +1,7 @@
 """Ledger records and ledger metadata, and their closed-world serialised form.
 
-A :class:`LedgerRecord` is one accepted charge. In memory it is an attrs value holding
-the charge object itself; on disk it is the pydantic :class:`RecordModel`, a
+A `LedgerRecord` is one accepted charge. In memory it is an attrs value holding
+the charge object itself; on disk it is the pydantic `RecordModel`, a
 discriminated union on ``kind`` with a ``schema_version``. Decoding never imports code
 named by stored data: only the charge kinds listed here can be read back. Exact numbers
 are stored as ``"numerator/denominator"`` strings.
@@ -94,7 +94,7 @@ class _Strict(pydantic.BaseModel):
 
 
 class CostModel(_Strict):
-    """Serialised :class:`~dpaccount.costs.PrivacyCost`."""
+    """Serialised `PrivacyCost`."""
 
     kind: Literal["cost"] = "cost"
     epsilon: Exact
@@ -102,7 +102,7 @@ class CostModel(_Strict):
 
 
 class LaplaceModel(_Strict):
-    """Serialised :class:`~dpaccount.charges.LaplaceCharge`."""
+    """Serialised `LaplaceCharge`."""
 
     kind: Literal["laplace"] = "laplace"
     scale: Exact
@@ -110,7 +110,7 @@ class LaplaceModel(_Strict):
 
 
 class GaussianModel(_Strict):
-    """Serialised :class:`~dpaccount.charges.GaussianCharge`."""
+    """Serialised `GaussianCharge`."""
 
     kind: Literal["gaussian"] = "gaussian"
     sigma: Exact
@@ -119,7 +119,7 @@ class GaussianModel(_Strict):
 
 
 class DiscreteLaplaceModel(_Strict):
-    """Serialised :class:`~dpaccount.charges.DiscreteLaplaceCharge`."""
+    """Serialised `DiscreteLaplaceCharge`."""
 
     kind: Literal["discrete_laplace"] = "discrete_laplace"
     scale: Exact
@@ -128,7 +128,7 @@ class DiscreteLaplaceModel(_Strict):
 
 
 class DiscreteGaussianModel(_Strict):
-    """Serialised :class:`~dpaccount.charges.DiscreteGaussianCharge`."""
+    """Serialised `DiscreteGaussianCharge`."""
 
     kind: Literal["discrete_gaussian"] = "discrete_gaussian"
     sigma: Exact
@@ -139,7 +139,7 @@ class DiscreteGaussianModel(_Strict):
 
 
 class SubsampledModel(_Strict):
-    """Serialised :class:`~dpaccount.charges.Subsampled`."""
+    """Serialised `Subsampled`."""
 
     kind: Literal["subsampled"] = "subsampled"
     charge: ChargeModel
@@ -148,7 +148,7 @@ class SubsampledModel(_Strict):
 
 
 class ParallelModel(_Strict):
-    """Serialised :class:`~dpaccount.charges.Parallel`."""
+    """Serialised `Parallel`."""
 
     kind: Literal["parallel"] = "parallel"
     partitions: list[ChargeModel]
@@ -156,7 +156,7 @@ class ParallelModel(_Strict):
 
 
 class RepeatedModel(_Strict):
-    """Serialised :class:`~dpaccount.charges.Repeated`."""
+    """Serialised `Repeated`."""
 
     kind: Literal["repeated"] = "repeated"
     charge: ChargeModel
@@ -180,7 +180,7 @@ for _model in (SubsampledModel, ParallelModel, RepeatedModel):
 
 
 class RecordModel(_Strict):
-    """Serialised :class:`LedgerRecord` with its place in the hash chain."""
+    """Serialised `LedgerRecord` with its place in the hash chain."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
     seq: int = pydantic.Field(ge=0)
@@ -323,7 +323,7 @@ def encode_record(record: LedgerRecord) -> RecordModel:
 
 
 def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRecord:
-    """Validate and rebuild a record; any defect raises :class:`LedgerCorruptError`."""
+    """Validate and rebuild a record; any defect raises `LedgerCorruptError`."""
     try:
         if isinstance(data, RecordModel):
             model = data
@@ -365,7 +365,7 @@ def chain_hash(prev_hash: str, record: LedgerRecord) -> str:
 
 
 def chain_hash_payload(prev_hash: str, payload: bytes | str) -> str:
-    """:func:`chain_hash` of a record from its stored canonical encoding (no re-encoding).
+    """`chain_hash()` of a record from its stored canonical encoding (no re-encoding).
 
     A payload that is not the canonical encoding of its record gets a different hash,
     so checking stored rows this way detects the same alterations.

@@ -1,6 +1,6 @@
 """Discretised privacy loss distributions on a grid, composed with the FFT.
 
-A :class:`DiscretePLD` holds the P-probabilities of the privacy loss on the grid
+A `DiscretePLD` holds the P-probabilities of the privacy loss on the grid
 ``interval * (offset + i)``, a mass at +infinity, and a bound ``error`` on the l1 error
 that floating point has put into ``probs`` (the FFT error of every convolution so far,
 Higham 2002, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., Thm 24.2).
@@ -244,7 +244,7 @@ class DiscretePLD:
     def _slack(self) -> float:
         """What floating point may have cost in ``epsilon``'s grid search: the l1 error
         plus a summation error relative to the total mass (a coarse first pass; every
-        pessimistic answer is then verified with :meth:`delta`'s relative bound)."""
+        pessimistic answer is then verified with `delta()`'s relative bound)."""
         return self.error + 4 * self.probs.size * _U * float(self.probs.sum())
 
     def delta(self, epsilon: float) -> float:
@@ -330,7 +330,7 @@ class DiscretePLD:
     def _epsilon_by_bisection(self, delta: float) -> float:
         """The smallest grid-or-between epsilon with the verified ``delta(eps) <= delta``.
 
-        :meth:`delta` is non-increasing in epsilon and carries its own (relative)
+        `delta()` is non-increasing in epsilon and carries its own (relative)
         rounding allowance, so bisection on it gives a certified answer; ``inf`` if
         even the largest loss does not reach ``delta``.
         """
@@ -436,7 +436,7 @@ def _binned(pair: Pair, i_lo: int, size: int, interval: float) -> DiscretePLD:
     j is r_j = ln(P(I_j) / Q(I_j)), which lies in [e_j, e_{j+1}], and is rounded down
     to the grid (losses only go down, so the result is a lower bound; Meiser and
     Mohammadi 2018, Sec. 5, round down without binning). Each bin's lower edge is
-    raised through :data:`_BIN_OFFSETS` until r_j is at or above its grid point (raising
+    raised through `_BIN_OFFSETS` until r_j is at or above its grid point (raising
     an edge only raises the neighbouring bin's loss), so most mass loses about
     0.003 h instead of h / 2. Q(L > t) = e^{-t} (P(L > t) - delta(t)).
     """
@@ -475,7 +475,7 @@ def _connect_dots(pair: UpperPair, eps: Array, i_lo: int, interval: float) -> Di
 
     Floating point: the profile is pushed up by a *relative* margin before the masses
     are built, large enough to cover the rounding of the build (checked a posteriori
-    against a rigorous bound, see :func:`_shortfall`). A margin relative to the profile
+    against a rigorous bound, see `_shortfall()`). A margin relative to the profile
     keeps deltas of 1e-12 and below accurate, where an absolute allowance of the size of
     the whole mass's rounding would swamp them.
     """

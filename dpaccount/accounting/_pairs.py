@@ -1,6 +1,6 @@
 """Dominating pairs of the mechanisms the PLD engine knows, as privacy profiles.
 
-Each pair (P, Q) is described by what the discretisations in :mod:`dpaccount.accounting.pld`
+Each pair (P, Q) is described by what the discretisations in `dpaccount.accounting.pld`
 need, all vectorised over numpy arrays:
 
 * ``profile(eps)``: the hockey-stick divergence delta(eps) = sup_S P(S) - e^eps Q(S)
@@ -24,7 +24,7 @@ and an analyst may pick the order afresh at every step. Composing R k times and 
 and taking the larger is then *not* an upper bound (Lebeda, Regehr, Kamath and Steinke
 2024, "Avoiding pitfalls for privacy accounting of subsampled mechanisms under
 composition", arXiv:2405.20769, who show that the worst case of one step need not be the
-worst case of a composition). :class:`SymmetrisedPair` gives one pair that dominates
+worst case of a composition). `SymmetrisedPair` gives one pair that dominates
 both orders: its privacy profile is the pointwise maximum of the two profiles.
 """
 
@@ -343,8 +343,8 @@ class _IntegerShiftPair:
     The privacy loss L(y) = ln(P[Y = y - S] / P[Y = y]) is non-decreasing in the output
     y (log-concavity), so the hockey-stick divergence is attained on an upper set
     {y >= m}: delta(eps) = max_m G(m - S) - e^eps G(m) with G(m) = P[Y >= m], and
-    ``{y > c(eps)}`` (c from :meth:`_threshold`) is the optimal set. Any set gives a
-    value <= delta(eps), so :meth:`profile` evaluates m = floor(c) + 1 and its two
+    ``{y > c(eps)}`` (c from `_threshold()`) is the optimal set. Any set gives a
+    value <= delta(eps), so `profile()` evaluates m = floor(c) + 1 and its two
     neighbours (covering float error in c), the empty set and the whole set, each with
     rigorous upper bounds on G(m - S) and lower bounds on G(m), and returns their
     maximum: an upper bound on delta(eps).

@@ -3,8 +3,8 @@
 DP-SGD (Abadi et al. 2016) runs ``steps`` Poisson-subsampled Gaussian mechanisms with
 sampling rate q and noise multiplier sigma (noise standard deviation / clipping norm),
 under add/remove neighbours. Its epsilon is computed on the privacy loss distribution
-(:mod:`dpaccount.accounting.pld`, the default and tightest) or by Renyi DP
-(:mod:`dpaccount.accounting.rdp`).
+(`dpaccount.accounting.pld`, the default and tightest) or by Renyi DP
+(`dpaccount.accounting.rdp`).
 
 Examples:
     >>> eps = dpsgd_epsilon(0.01, 1.0, 100, 1e-5, value_discretization_interval=1e-3)

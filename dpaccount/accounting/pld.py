@@ -30,7 +30,7 @@ differential privacy via characteristic function", AISTATS), and
 without-replacement-subsampled Gaussian and Laplace under substitution. For the latter the
 analyst may choose at every step which of the two orders the differing records take, so
 each step uses one pair whose profile is the maximum of both orders' profiles
-(:class:`~dpaccount.accounting._pairs.SymmetrisedPair`; Lebeda, Regehr, Kamath and
+(`SymmetrisedPair`; Lebeda, Regehr, Kamath and
 Steinke 2024, arXiv:2405.20769, on why composing each order on its own is unsound there;
 ZDW 2022, Thm 10, for the adaptive composition of dominating pairs). Gaussians
 without subsampling are composed exactly first: k Gaussians of noise multipliers s_i
@@ -41,7 +41,7 @@ as the *sequence of dominating pairs* (mechanism kinds and parameters) is fixed 
 advance (composition of dominating pairs, Zhu, Dong and Wang 2022; Dong, Roth and Su 2019,
 Thm 3.2): ``ADAPTIVE_MECHANISMS``. Parameters chosen at run time are *not* covered: the
 natural "stop when the composed PLD crosses the budget" filter is not valid in general,
-so :class:`PLDRule` only takes a declared plan.
+so `PLDRule` only takes a declared plan.
 
 Examples:
     >>> pld = PrivacyLossDistribution.gaussian(sigma=1, value_discretization_interval=1e-3)
@@ -160,10 +160,10 @@ class _Directions:
 class PrivacyLossDistribution:
     """A composable privacy loss distribution with certified upper and lower bounds.
 
-    Build one with the class methods (:meth:`gaussian`, :meth:`laplace`,
-    :meth:`from_privacy_parameters`, :meth:`from_charge`), compose with
-    :meth:`compose` and :meth:`self_compose`, and read :meth:`epsilon` and
-    :meth:`delta`, each as a pair ``(lower, upper)`` of exact Fractions: the true value
+    Build one with the class methods (`gaussian()`, `laplace()`,
+    `from_privacy_parameters()`, `from_charge()`), compose with
+    `compose()` and `self_compose()`, and read `epsilon()` and
+    `delta()`, each as a pair ``(lower, upper)`` of exact Fractions: the true value
     of the *mechanism* is at most ``upper``; ``lower`` is what the optimistic
     discretisation gives, a lower bound on the value of these dominating pairs (0 when
     built with ``lower=False``).
@@ -208,7 +208,7 @@ class PrivacyLossDistribution:
         """One step whose order the analyst may choose: upper bound from both orders.
 
         The upper end is the connect-the-dots discretisation of the pointwise maximum
-        of the two orders' profiles (:class:`SymmetrisedPair`), so it composes validly
+        of the two orders' profiles (`SymmetrisedPair`), so it composes validly
         when the order changes from step to step. The lower end composes each order on
         its own: an analyst who keeps one order throughout attains it.
         """
@@ -278,7 +278,7 @@ class PrivacyLossDistribution:
         tail_mass: Any = DEFAULT_TAIL_MASS,
         lower: bool = True,
     ) -> PrivacyLossDistribution:
-        """The PLD of a Laplace mechanism, optionally subsampled (see :meth:`gaussian`)."""
+        """The PLD of a Laplace mechanism, optionally subsampled (see `gaussian()`)."""
         scale_f = check_positive(scale, "scale")
         e0 = float_up(check_positive(sensitivity, "sensitivity") / scale_f)
         rate, the_scheme = _rate(sampling_rate), _scheme(scheme)
@@ -308,7 +308,7 @@ class PrivacyLossDistribution:
 
         The pair (N_Z(S, sigma^2), N_Z(0, sigma^2)) with S = ``sensitivity`` dominates
         every integer shift |v| <= S; its loss takes values on an arithmetic progression
-        with the pmf's masses (see :class:`~dpaccount.accounting._pairs.DiscreteGaussianPair`
+        with the pmf's masses (see `DiscreteGaussianPair`
         for the rigorous tail sums). Canonne, Kamath and Steinke 2020, Thm 7 (the
         profile); it is symmetric, so add and remove coincide.
 
@@ -353,7 +353,7 @@ class PrivacyLossDistribution:
 
         The pair (DLap(S, b), DLap(0, b)) dominates every integer shift |v| <= S; its
         losses are (2j - S)/b, j = 0..S (see
-        :class:`~dpaccount.accounting._pairs.DiscreteLaplacePair`). Symmetric.
+        `DiscreteLaplacePair`). Symmetric.
 
         Examples:
             >>> pld = PrivacyLossDistribution.discrete_laplace(
@@ -407,9 +407,9 @@ class PrivacyLossDistribution:
         tail_mass: Any = DEFAULT_TAIL_MASS,
         lower: bool = True,
     ) -> PrivacyLossDistribution:
-        """The PLD of one charge (a single run; see :func:`compose_plan` for plans).
+        """The PLD of one charge (a single run; see `compose_plan()` for plans).
 
-        Gaussian and Laplace charges (also inside :class:`~dpaccount.charges.Subsampled`
+        Gaussian and Laplace charges (also inside `Subsampled`
         with the scheme that matches ``relation``) use their exact pairs; every other
         charge uses the dominating pair of its (epsilon, delta) guarantee.
 
@@ -641,7 +641,7 @@ _SINGLE_CHARGES = (
 
 def _as_charges(plan: Any) -> list[Charge]:
     """Read a plan: ``(charge, k)``, a list of charges and ``(charge, k)`` pairs, or a
-    :class:`~dpaccount.composition.planning.Plan` (its runs of costs)."""
+    `Plan` (its runs of costs)."""
     runs = getattr(plan, "runs", None)
     if runs is not None:
         plan = list(runs)
@@ -670,7 +670,7 @@ def _as_charges(plan: Any) -> list[Charge]:
 
 
 def plan_runs(plan: Any) -> list[tuple[Charge, int]]:
-    """A declared plan read as ``(atom, count)`` runs, in order (see :func:`_as_charges`)."""
+    """A declared plan read as ``(atom, count)`` runs, in order (see `_as_charges()`)."""
     runs: list[tuple[Charge, int]] = []
     for charge in _as_charges(plan):
         runs.extend(atoms(charge))
@@ -681,17 +681,17 @@ class PLDRule(Rule[PLDState]):
     """Accountant rule for a declared plan, accounted on the privacy loss distribution.
 
     The plan (charges with their multiplicities, in any order) is composed once at
-    construction. After some charges, :meth:`total` is the better of two valid bounds:
+    construction. After some charges, `total()` is the better of two valid bounds:
     the certified PLD epsilon of the *whole* plan at ``target_delta`` (which bounds
     every part of the plan, by post-processing) and basic composition of what has run
-    (Dwork and Roth 2014, Thm 3.16). :meth:`add` is O(1): it checks that the atom is in
+    (Dwork and Roth 2014, Thm 3.16). `add()` is O(1): it checks that the atom is in
     the plan, that its declared count is not exhausted, and adds to the basic sums.
 
     Adaptivity: ``ADAPTIVE_MECHANISMS`` -- which mechanism runs may depend on earlier
     answers, but the sequence of privacy parameters is the declared plan (Zhu, Dong and
     Wang 2022; Dong, Roth and Su 2019, Thm 3.2). Run-time parameters need
-    :class:`~dpaccount.accounting.rdp.RDPRule` (a Renyi filter) or
-    :class:`~dpaccount.accounting.rdp.GDPFilterRule`.
+    `RDPRule` (a Renyi filter) or
+    `GDPFilterRule`.
 
     Args:
         plan: The declared charges: ``(charge, k)``, a list of charges (``Repeated``

@@ -382,7 +382,7 @@ _SCALE = 2**52
 def charge_rdp(atom: Atom, alpha: float, *, relation: Relation = Relation.ADD_REMOVE) -> float:
     """The RDP at order ``alpha`` of one run of a charge.
 
-    Gaussian, Laplace, the discrete Gaussian (:func:`discrete_gaussian_rdp`),
+    Gaussian, Laplace, the discrete Gaussian (`discrete_gaussian_rdp()`),
     Poisson-subsampled Gaussian (add/remove) and without-replacement-subsampled
     Gaussian (substitution) have their own bounds; a pure
     epsilon-DP charge has RDP at most min(eps, alpha eps^2 / 2) (Bun and
@@ -469,7 +469,7 @@ class RDPRule(Rule[RDPState]):
       budget the rule and alpha's own filter behave identically, so the hockey-stick
       divergence splits into one term per order and the target delta is split evenly
       among the orders (this combination is our argument, written out in
-      docs/tight-accounting.md). Use few orders (:data:`FILTER_ORDERS`).
+      docs/tight-accounting.md). Use few orders (`FILTER_ORDERS`).
     * ``adaptive=False``, ``ADAPTIVE_MECHANISMS``: RDP composition (Mironov 2017,
       Prop. 1) of a **declared plan** over a dense grid, minimised over the order. The
       plan (charges with multiplicities, run in any order) is required, and a charge
@@ -478,7 +478,7 @@ class RDPRule(Rule[RDPState]):
       certified is the whole plan's epsilon (at every order the sum over any prefix is
       at most the plan's, so Feldman and Zrnic 2021, Thm 3.1, with the plan's sums as
       the budget, covers it) or basic composition of what has run, whichever is
-      smaller, as for :class:`~dpaccount.accounting.pld.PLDRule`.
+      smaller, as for `PLDRule`.
 
     Args:
         target_delta: The delta at which epsilon is reported and checked; default the
@@ -486,7 +486,7 @@ class RDPRule(Rule[RDPState]):
         budget: The ledger's budget (only for the default ``target_delta``).
         plan: The declared plan, required with ``adaptive=False`` (``(charge, k)``, a
             list of charges and ``(charge, k)`` pairs); ignored by the filter.
-        orders: The grid (default :data:`FILTER_ORDERS` or :data:`DEFAULT_ORDERS`).
+        orders: The grid (default `FILTER_ORDERS` or `DEFAULT_ORDERS`).
         adaptive: Filter mode (see above).
         relation: The ledger's neighbouring relation.
 
@@ -580,7 +580,7 @@ class RDPRule(Rule[RDPState]):
         """The largest pure epsilon such that ``k`` more charges of it are admitted.
 
         Bisection on epsilon (pure charges have RDP min(eps, alpha eps^2 / 2)); the
-        answer is re-checked with :meth:`admits`.
+        answer is re-checked with `admits()`.
 
         Raises:
             UnsupportedChargeError: If not even a tiny charge fits.
@@ -654,7 +654,7 @@ class GDPFilterRule(Rule[GDPState]):
     time and sum mu_t^2 <= mu^2 always, the interaction is mu-GDP. The sum is exact; the
     epsilon at ``target_delta`` is from the exact GDP profile (Balle and Wang 2018,
     Thm 8), rounded up. Only plain (not subsampled) continuous Gaussian charges are
-    accepted: a :class:`~dpaccount.charges.DiscreteGaussianCharge` is refused, because
+    accepted: a `DiscreteGaussianCharge` is refused, because
     the discrete Gaussian is not mu-GDP with the continuous mu in general (at small
     sigma its privacy profile exceeds the continuous one) and no theorem gives it a
     Gaussian-DP filter; use the ``rdp`` rule for it.

@@ -13,7 +13,7 @@
 | ``best`` | the declared adaptivity | the tightest of the above that is valid for it |
 
 Tight accounting for Gaussian, Laplace and subsampled mechanisms lives in
-:mod:`dpaccount.accounting`.
+`dpaccount.accounting`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _gdp_rule(**options: Any) -> Rule[Any]:
 
 #: Rule factories by name. Each takes the keyword arguments its rule needs (a declared
 #: plan, a slack delta, the budget for defaults, the relation, ...). The tight engines
-#: of :mod:`dpaccount.accounting` are imported when first used.
+#: of `dpaccount.accounting` are imported when first used.
 RULES: dict[str, Any] = {
     "basic": BasicRule,
     **REGISTRY,
@@ -104,7 +104,7 @@ RELATION_RULES = frozenset({"best", "pld", "rdp"})
 
 
 def register_rule(name: str, factory: Any) -> None:
-    """Add a rule factory under ``name`` (used by :mod:`dpaccount.accounting`)."""
+    """Add a rule factory under ``name`` (used by `dpaccount.accounting`)."""
     RULES[name] = factory
 
 

@@ -2,9 +2,9 @@
 
 All three are proven for k-fold *adaptive* composition: each mechanism may be chosen
 after seeing earlier answers, but k and the per-query (epsilon, delta) are fixed in
-advance (:attr:`~dpaccount.composition.base.Adaptivity.ADAPTIVE_MECHANISMS`). Using them
+advance (`ADAPTIVE_MECHANISMS`). Using them
 with epsilons chosen at run time is not covered; that is what
-:mod:`dpaccount.composition.filters` is for.
+`dpaccount.composition.filters` is for.
 
 Floating-point results are rounded upward (inputs are rounded toward more loss, the
 result is pushed up by 16 ulps, which covers the few correctly-rounded-or-1-ulp
@@ -145,11 +145,11 @@ def advanced_adaptive(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
     bounded by epsilon + a(epsilon) gives this bound. Proven for k-fold adaptive
     composition with fixed parameters.
 
-    It is **never tighter** than the better of basic composition and :func:`advanced`:
-    for epsilon <= ln 2 it equals :func:`advanced` plus sqrt(2k ln(1/delta'))
+    It is **never tighter** than the better of basic composition and `advanced()`:
+    for epsilon <= ln 2 it equals `advanced()` plus sqrt(2k ln(1/delta'))
     a(epsilon), and for epsilon > ln 2 it equals basic's k epsilon plus
     2 epsilon sqrt(2k ln(1/delta')). It is kept for comparison with texts that state it;
-    :func:`~dpaccount.composition.best.best_rule` and ``compose_by_name("best")`` never
+    `best_rule()` and ``compose_by_name("best")`` never
     use it.
 
     Args:
@@ -174,14 +174,14 @@ def advanced_adaptive(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
 def advanced_simplified(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
     """The simplified form 2 epsilon sqrt(2k ln(1/delta')), where it is valid.
 
-    It bounds :func:`advanced` from above exactly when
+    It bounds `advanced()` from above exactly when
     k epsilon (e^epsilon - 1) <= epsilon sqrt(2k ln(1/delta')), i.e. when
     k (e^epsilon - 1)^2 <= 2 ln(1/delta') (Dwork and Roth 2014, Thm 3.20 and the
     argument of Cor. 3.21). Outside that range it is not a proven bound and is refused.
     Proven for k-fold adaptive composition with fixed parameters.
 
     Raises:
-        UnsupportedChargeError: Outside the validity range (use :func:`advanced`).
+        UnsupportedChargeError: Outside the validity range (use `advanced()`).
 
     Examples:
         >>> c = advanced_simplified(PrivacyCost("0.01"), 100, "1e-5")
@@ -214,20 +214,20 @@ def advanced_simplified(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
 class AdvancedRule(FixedPlanRule):
     """Accountant rule: advanced composition over a declared homogeneous plan.
 
-    After j charges the total is :func:`advanced` of the plan's cost for k = j (or
+    After j charges the total is `advanced()` of the plan's cost for k = j (or
     basic composition when that is no worse in both coordinates). Proven for k-fold
     adaptive composition with parameters fixed in advance (Dwork, Rothblum and Vadhan
     2010, Thm III.3; Dwork and Roth 2014, Thm 3.20); any charge outside the plan is
-    refused with :class:`~dpaccount.errors.UnsupportedChargeError`.
+    refused with `UnsupportedChargeError`.
 
     Args:
-        plan: ``(cost, k)`` or a :class:`~dpaccount.composition.planning.Plan` with one
+        plan: ``(cost, k)`` or a `Plan` with one
             cost (for different costs use ``"heterogeneous"``).
         delta_slack: delta' in (0, 1). If omitted, ``budget`` must be given and delta'
             is what the budget leaves after the plan's deltas.
         budget: The ledger's budget (only to choose the default delta_slack).
         form: ``"dwork_roth"`` (Thm 3.20, default) or ``"a_epsilon"``
-            (:func:`advanced_adaptive`).
+            (`advanced_adaptive()`).
 
     Examples:
         >>> rule = AdvancedRule(plan=(PrivacyCost("0.1"), 1000), delta_slack="1e-6")

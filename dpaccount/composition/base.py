@@ -64,8 +64,8 @@ class SpentMeaning(enum.StrEnum):
 class Rule(abc.ABC, Generic[State]):
     """A composition rule: how a ledger's charges add up to a guarantee.
 
-    Subclasses set :attr:`name`, :attr:`adaptivity` and :attr:`theorem`, and implement
-    :meth:`start`, :meth:`add`, :meth:`total` and :meth:`admits`. ``add`` must be O(1)
+    Subclasses set `name`, `adaptivity` and `theorem`, and implement
+    `start()`, `add()`, `total()` and `admits()`. ``add`` must be O(1)
     in the number of charges already folded in.
     """
 
@@ -113,7 +113,7 @@ class Rule(abc.ABC, Generic[State]):
         """The largest per-query cost such that ``k`` more equal charges fit.
 
         Rules override this with their own inverse; the result must err toward privacy
-        (re-checked with :meth:`admits` after solving).
+        (re-checked with `admits()` after solving).
 
         Raises:
             UnsupportedChargeError: The rule offers no inverse.

@@ -91,7 +91,7 @@ def basic(costs: Iterable[Charge]) -> PrivacyCost:
     Dwork and Roth 2014, Thm 3.16; as a filter, Rogers et al. 2016, Thm 3.6.
 
     Args:
-        costs: Charges (PrivacyCost or any charge from :mod:`dpaccount.charges`).
+        costs: Charges (PrivacyCost or any charge from `dpaccount.charges`).
 
     Returns:
         The exact sum of epsilons and of deltas.

@@ -1,6 +1,6 @@
 """Choosing the tightest valid rule, the rule registry, and composition by name.
 
-:func:`best_rule` picks, once and for all when a ledger is created, the rule that is
+`best_rule()` picks, once and for all when a ledger is created, the rule that is
 tightest *among those proven for the declared adaptivity*:
 
 | declared adaptivity | candidates |
@@ -145,7 +145,7 @@ def _prefix_admitted(rule: Rule[Any], runs: list[tuple[Any, int]], budget: Budge
 
 def _tight_filters(runs: list[tuple[Any, int]], budget: Budget, relation: Relation
                    ) -> list[Rule[Any]]:
-    """The fully adaptive filters of :mod:`dpaccount.accounting` that fit a forecast."""
+    """The fully adaptive filters of `dpaccount.accounting` that fit a forecast."""
     if budget.delta == 0:
         return []
     from dpaccount.accounting.rdp import GDPFilterRule, RDPRule
@@ -209,7 +209,7 @@ def best_rule(
     pure-epsilon budget).
 
     Args:
-        adaptivity: An :class:`~dpaccount.composition.base.Adaptivity` or its name
+        adaptivity: An `Adaptivity` or its name
             (``"fixed_plan"``, ``"adaptive_mechanisms"``, ``"fully_adaptive"``). By
             default ``"adaptive_mechanisms"`` when a plan is declared (the fixed-plan
             rules then refuse any charge outside it) and ``"fully_adaptive"`` otherwise.
@@ -283,7 +283,7 @@ REGISTRY: dict[str, Any] = {
     "best": best_rule,
 }
 
-#: The names :func:`compose_by_name` accepts.
+#: The names `compose_by_name()` accepts.
 COMPOSE_RULES = (
     "basic",
     "advanced",
@@ -312,7 +312,7 @@ def compose_by_name(
     it is never below the better of basic and advanced).
 
     Args:
-        rule_name: One of :data:`COMPOSE_RULES`.
+        rule_name: One of `COMPOSE_RULES`.
         cost: The per-query (epsilon, delta).
         k: The number of queries.
         delta_slack: delta' (required except for ``"basic"``).

@@ -12,7 +12,7 @@ before the first n for which
 makes the whole interaction (epsilon, delta)-DP. This matches the constants of advanced
 composition while allowing the parameters to be chosen adaptively.
 
-:class:`FilterRule` keeps the two running sums exactly (O(1) per charge), and admits a
+`FilterRule` keeps the two running sums exactly (O(1) per charge), and admits a
 charge only if, after it, the stopping condition is not met:
 sqrt(2 ln(1/delta') S2) + S2 / 2 <= epsilon (rounded up) and sum delta_m <= delta - delta'.
 

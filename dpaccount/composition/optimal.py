@@ -12,7 +12,7 @@ which at epsilon = (k - 2i) epsilon0 is the theorem's delta_i (the same sum appe
 Murtagh and Vadhan 2016, Thm 1.5, for any epsilon). Proven for adaptively chosen
 mechanisms with parameters fixed in advance.
 
-:func:`optimal` returns the smallest epsilon with delta(epsilon) <= target_delta: the
+`optimal()` returns the smallest epsilon with delta(epsilon) <= target_delta: the
 active set of l is located by bisection on the grid (k - 2i) epsilon0, the equation
 A - e^epsilon B = allowed is solved in closed form inside it, and the answer is then
 *certified*: delta_pure is re-evaluated in log space (all terms positive, so no
@@ -255,7 +255,7 @@ def optimal(cost: Any, k: int, target_delta: Any) -> PrivacyCost:
 class OptimalRule(FixedPlanRule):
     """Accountant rule: exact optimal composition over a declared homogeneous plan.
 
-    After j charges the total is :func:`optimal` of the plan's cost for k = j at
+    After j charges the total is `optimal()` of the plan's cost for k = j at
     ``target_delta`` (or basic composition when that is no worse in both coordinates).
     Proven for adaptively chosen mechanisms with parameters fixed in advance (KOV 2015,
     Thm 3.3); charges outside the plan are refused. ``total`` costs O(j) (cached);

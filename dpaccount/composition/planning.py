@@ -1,14 +1,14 @@
 """Declared plans, the fixed-plan rule machinery, and calibration inverses.
 
-A :class:`Plan` is the sequence of per-query costs declared *before* the first query.
+A `Plan` is the sequence of per-query costs declared *before* the first query.
 Fixed-plan theorems (Dwork-Rothblum-Vadhan, Kairouz-Oh-Viswanath) are proven only when
-the privacy parameters are fixed in advance; a :class:`FixedPlanRule` therefore refuses,
-with :class:`~dpaccount.errors.UnsupportedChargeError`, any charge that costs more than
+the privacy parameters are fixed in advance; a `FixedPlanRule` therefore refuses,
+with `UnsupportedChargeError`, any charge that costs more than
 the plan declared for its position, or that runs past the end of the plan.
 
-The inverses (:func:`remaining_per_query`, :func:`max_queries`,
-:func:`per_query_epsilon`) solve numerically and then re-check their answer with the
-rule's own :meth:`~dpaccount.composition.base.Rule.admits`, so they err toward privacy.
+The inverses (`remaining_per_query()`, `max_queries()`,
+`per_query_epsilon()`) solve numerically and then re-check their answer with the
+rule's own `admits()`, so they err toward privacy.
 
 Examples:
     >>> plan = Plan.repeat(PrivacyCost("0.1"), 3)
@@ -91,8 +91,8 @@ def _runs_converter(value: Any) -> tuple[tuple[PrivacyCost, int], ...]:
 class Plan:
     """The per-query costs of a fixed plan, in order, as runs of equal costs.
 
-    Build one with :meth:`repeat` (k queries of one cost) or :meth:`of` (a list of
-    costs); :func:`as_plan` also takes ``(cost, k)`` or a list.
+    Build one with `repeat()` (k queries of one cost) or `of()` (a list of
+    costs); `as_plan()` also takes ``(cost, k)`` or a list.
 
     Attributes:
         runs: ``(cost, count)`` pairs; adjacent equal costs are merged.
@@ -130,7 +130,7 @@ class Plan:
 
 
 def as_plan(value: Any) -> Plan:
-    """A :class:`Plan` from a Plan, a ``(cost, k)`` pair, or a sequence of costs.
+    """A `Plan` from a Plan, a ``(cost, k)`` pair, or a sequence of costs.
 
     Raises:
         ConfigError: If no plan is given.
@@ -328,7 +328,7 @@ def remaining_per_query(
 ) -> PrivacyCost:
     """The largest per-query cost (epsilon, ``delta``) such that ``k`` more fit.
 
-    Bisection on epsilon with the rule's own :meth:`~Rule.admits`; the result is rounded
+    Bisection on epsilon with the rule's own `admits()`; the result is rounded
     down to a float and re-checked, so ``k`` charges of it are always admitted.
 
     Args:
@@ -387,7 +387,7 @@ _MAX_SEARCH = 10**12
 def max_queries(rule: Rule[Any], state: Any, budget: Budget, cost: Any) -> int | None:
     """How many more charges of ``cost`` the rule admits from ``state``.
 
-    Exponential then binary search with :meth:`~Rule.admits` (the rule must be monotone
+    Exponential then binary search with `admits()` (the rule must be monotone
     in the number of charges, which every rule here is).
 
     Returns:
@@ -435,7 +435,7 @@ def per_query_epsilon(
     epsilon whose whole plan is admitted by ``total_budget``; re-checked after solving.
 
     Args:
-        total_budget: A :class:`Budget` or ``(epsilon, delta)``.
+        total_budget: A `Budget` or ``(epsilon, delta)``.
         k: The number of queries.
         rule: ``"basic"``, ``"advanced"``, ``"heterogeneous"``, ``"optimal"`` or
             ``"filter"``.

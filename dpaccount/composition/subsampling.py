@@ -31,7 +31,7 @@ THEOREM_SUBSAMPLING = (
 
 
 def subsampled(cost: Any, rate: Any, scheme: Any, relation: Any) -> Subsampled:
-    """The :class:`~dpaccount.charges.Subsampled` charge, after checking the pairing.
+    """The `Subsampled` charge, after checking the pairing.
 
     Raises:
         InvalidCostError: Unknown scheme or relation, or an invalid rate or cost.

@@ -1,6 +1,6 @@
 """Noise-adding mechanisms: each states its charge before it runs, then releases.
 
-Noise comes from the OS CSPRNG by default (:class:`RandomSource`); every sampler is
+Noise comes from the OS CSPRNG by default (`RandomSource`); every sampler is
 exact on the integers (discrete Laplace / Gaussian on a lattice, exact Bernoulli draws),
 and every charge is the guarantee of the sampler actually used.
 """

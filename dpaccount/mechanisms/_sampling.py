@@ -1,11 +1,11 @@
 """Randomness source and exact samplers on the integers.
 
-Every mechanism draws its noise through a :class:`RandomSource`. By default that is the
-operating system's CSPRNG (:class:`secrets.SystemRandom`, i.e. ``os.urandom``); a seeded,
-reproducible source is an explicit **test-only** opt-in, :meth:`RandomSource.seeded`.
+Every mechanism draws its noise through a `RandomSource`. By default that is the
+operating system's CSPRNG (`secrets.SystemRandom`, i.e. ``os.urandom``); a seeded,
+reproducible source is an explicit **test-only** opt-in, `RandomSource.seeded()`.
 
 The samplers use only uniform random integers and exact integer and
-:class:`~fractions.Fraction` arithmetic, so their output distribution is *exactly*
+`Fraction` arithmetic, so their output distribution is *exactly*
 the stated one on a finite computer. No floating-point rounding can leak the input, as
 it does with ``x + numpy noise`` (Mironov 2012, "On significance of the least
 significant bits for differential privacy"). They follow Canonne, Kamath and Steinke
@@ -64,8 +64,8 @@ class RandomSource:
 
     Args:
         generator: Leave as ``None`` in production: the OS CSPRNG
-            (:class:`secrets.SystemRandom`) is used. Tests pass a seeded
-            :class:`random.Random` through :meth:`seeded` instead.
+            (`secrets.SystemRandom`) is used. Tests pass a seeded
+            `random.Random` through `seeded()` instead.
 
     Examples:
         >>> src = RandomSource()            # OS CSPRNG
@@ -132,7 +132,7 @@ _DEFAULT: RandomSource | None = None
 def resolve_rng(rng: Any) -> RandomSource:
     """The source a mechanism should use: ``rng`` if given, else the OS CSPRNG.
 
-    Accepts ``None`` (CSPRNG), a :class:`RandomSource`, or a :class:`random.Random`
+    Accepts ``None`` (CSPRNG), a `RandomSource`, or a `random.Random`
     (test-only). Anything else is refused.
     """
     global _DEFAULT

@@ -14,13 +14,13 @@ class Mechanism(abc.ABC):
     """A noise-adding mechanism with fixed, validated parameters.
 
     ``charge`` is pure and known before any data is read: the accountant records it
-    first, and only then is the query run and :meth:`release` called on its answer.
+    first, and only then is the query run and `release()` called on its answer.
     """
 
     @property
     @abc.abstractmethod
     def charge(self) -> Charge:
-        """The privacy cost of one :meth:`release`, as a charge for the accountant."""
+        """The privacy cost of one `release()`, as a charge for the accountant."""
 
     @abc.abstractmethod
     def release(self, value: Any) -> Any:

@@ -15,11 +15,11 @@ and Roth 2014, Thm 3.10, applied as in their Sec. 4.1, SmallDB). It is one mecha
 with fixed parameters (non-interactive: the whole query class is answered by one
 release). The
 utilities are exact rationals and the selection is sampled exactly by
-:class:`~dpaccount.mechanisms.exponential.ExponentialMechanism`.
+`ExponentialMechanism`.
 
 **Only small domains.** The candidates are all C(|X| + m - 1, m) multisets. That count is
 computed first (one integer binomial, microseconds) and the mechanism refuses, with a
-:class:`~dpaccount.errors.ConfigError`, any configuration above ``max_candidates``
+`ConfigError`, any configuration above ``max_candidates``
 before enumerating anything: it is a configuration that cannot run, not an invalid cost.
 
 Accuracy (Dwork and Roth 2014, Thm 3.11): with probability >= 1 - beta, the released

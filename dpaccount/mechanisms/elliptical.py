@@ -23,7 +23,7 @@ sqrt(Delta_j) (Pagh and Lebeda 2023). The expected squared error is
 same (epsilon, delta): the ratio (sum_j Delta_j)² / (d sum_j Delta_j²) is at most 1
 (Cauchy-Schwarz), with equality only when all bounds are equal.
 
-**What is implemented and charged.** As in :mod:`dpaccount.mechanisms.gaussian`, no
+**What is implemented and charged.** As in `dpaccount.mechanisms.gaussian`, no
 float noise is added. Coordinate j is rounded to its own lattice g_j Z (g_j a power of
 two <= Delta_j / 256) and discrete Gaussian noise N_Z(0, t_j²) is added in lattice units
 (Canonne, Kamath and Steinke 2020, Algorithm 3). Rounding moves each coordinate by at

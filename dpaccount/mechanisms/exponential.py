@@ -16,7 +16,7 @@ exp(-c (u_max - u_i)) (c = epsilon / (2 sensitivity), or epsilon / sensitivity w
 monotonic), an exact Bernoulli(exp(-gamma)) draw (Canonne, Kamath and Steinke 2020,
 Algorithm 1). The accepted index has *exactly* the probability proportional to
 exp(c u_i); the expected number of rounds is n / sum_i exp(-c (u_max - u_i)) <= n.
-:meth:`ExponentialMechanism.probabilities` gives the same distribution in floating
+`ExponentialMechanism.probabilities()` gives the same distribution in floating
 point, computed in log space (log-sum-exp), for inspection and tests.
 """
 

@@ -32,11 +32,11 @@ lattice sensitivity (``S * g``; ``S2 * g`` for vectors), then raised, if needed,
 the discrete guarantee above is within the requested (epsilon, delta). The lattice
 sigma s = sigma / g is rounded up to 26 significant bits, so that s² (the sampler's
 parameter) is exact. The charge is a
-:class:`~dpaccount.charges.DiscreteGaussianCharge` ``(s, S, epsilon, delta_charged,
+`DiscreteGaussianCharge` ``(s, S, epsilon, delta_charged,
 dimension)`` whose cost is ``PrivacyCost(epsilon, delta_charged)`` with
 ``delta_charged <= delta``, the sampler's proven bound; tight engines read s and S
 (Renyi DP, and the exact discrete PLD for a scalar). (A
-:class:`~dpaccount.charges.GaussianCharge` is not used: tight engines read it as
+`GaussianCharge` is not used: tight engines read it as
 continuous Gaussian noise, and the discrete profile is not proven to be dominated by
 the continuous one.)
 
@@ -44,7 +44,7 @@ Calibrations (each refuses parameters outside its proof):
 
 * ``"analytic"`` (default): Balle and Wang 2018, "Improving the Gaussian Mechanism for
   Differential Privacy", Thm 8: the smallest sigma whose exact delta(eps) is <= delta,
-  found by bisection and verified with :func:`dpaccount._numeric.gaussian_delta_up`.
+  found by bisection and verified with `dpaccount._numeric.gaussian_delta_up()`.
   Any eps > 0.
 * ``"classic"``: Dwork and Roth 2014, Thm A.1: sigma = sqrt(2 ln(1.25/delta)) Δ / eps,
   proven only for eps < 1 (refused otherwise).
@@ -532,7 +532,7 @@ class GaussianMechanism(Mechanism):
         """The sampler described in lattice units, with its proven (epsilon, delta).
 
         ``DiscreteGaussianCharge(s, S, epsilon, delta, dimension)``: s = sigma / g (the
-        sampler's exact parameter, s² = :attr:`lattice_sigma2`), S the lattice
+        sampler's exact parameter, s² = `lattice_sigma2`), S the lattice
         sensitivity (the integer shift bound for a scalar; an upper bound on the L2 norm
         of the integer shift for vectors); its cost is ``PrivacyCost(epsilon, delta)``.
 
@@ -589,7 +589,7 @@ class GaussianMechanism(Mechanism):
 
     @property
     def calibration(self) -> str:
-        """The calibration used (``"given"`` for :meth:`from_sigma`)."""
+        """The calibration used (``"given"`` for `from_sigma()`)."""
         return self._calibration
 
     def delta_for(self, epsilon: Any) -> Fraction:

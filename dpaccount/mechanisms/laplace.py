@@ -22,10 +22,10 @@ exactly, hence the mechanism is *exactly* the requested epsilon-DP, for any adap
 ``DiscreteLaplaceCharge(b, S, dimension)``, whose cost is ``PrivacyCost(epsilon)``
 exactly (S / b = epsilon).
 
-Why not a :class:`~dpaccount.charges.LaplaceCharge`: tight engines (PLD) read a
+Why not a `LaplaceCharge`: tight engines (PLD) read a
 LaplaceCharge as *continuous* Laplace noise, and the discrete Laplace is not dominated
 by it (at shift 1 its total-variation distance is tanh(epsilon/2) > 1 - exp(-epsilon/2)).
-The :class:`~dpaccount.charges.DiscreteLaplaceCharge` describes the lattice sampler
+The `DiscreteLaplaceCharge` describes the lattice sampler
 itself, so the PLD engine can use its exact discrete privacy loss distribution.
 
 The default granularity is the largest power of two <= sensitivity / (1024 d), so the

@@ -15,13 +15,13 @@ uses an exact rational ``r <= e^eps`` (the float exp(eps) stepped down twice, wh
 is below e^eps because libm's exp is within one ulp) and the probabilities
 p = r / (r + k - 1), q = 1 / (r + k - 1), whose ratio is exactly r. The guarantee is
 ln(r) <= eps, computed upward, and never above the requested eps. With
-:meth:`RandomizedResponseMechanism.from_keep_probability` the user's rational p is used
+`RandomizedResponseMechanism.from_keep_probability()` the user's rational p is used
 as given, and the charge is ln(p (k - 1) / (1 - p)) rounded up.
 
-**Neighbouring relation.** One :meth:`~RandomizedResponseMechanism.release` randomizes
+**Neighbouring relation.** One `release()` randomizes
 one record's value: two values differ in one "record", so the guarantee is for
 substitution (and, as a local randomizer, for whoever holds that one value). Randomizing
-every value of a column with :meth:`~RandomizedResponseMechanism.release_many` and
+every value of a column with `release_many()` and
 publishing the reports is epsilon-DP under substitution, since each report depends on one
 record only (parallel composition, McSherry 2009, Thm 4); under add/remove the number of
 reports still reveals the number of records.

@@ -1,4 +1,4 @@
-"""Ledger stores behind one small interface (:class:`Store`), a file per backend."""
+"""Ledger stores behind one small interface (`Store`), a file per backend."""
 
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore

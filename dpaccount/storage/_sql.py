@@ -1,7 +1,7 @@
 """What the SQL stores share: exact numbers as text, chain checking, the meta history.
 
-Both :class:`~dpaccount.storage.sqlite.SQLiteStore` and
-:class:`~dpaccount.storage.postgres.PostgresStore` keep the same three tables:
+Both `SQLiteStore` and
+`PostgresStore` keep the same three tables:
 
 ``ledgers``
     one row per named ledger: its metadata (JSON), the record schema version, and a

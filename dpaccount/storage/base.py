@@ -2,7 +2,7 @@
 
 A store keeps one ledger's metadata and its append-only records. It knows nothing of
 differential privacy: the accountant decides whether a charge fits, then asks the store
-to append it *only if* no other writer appended first (:meth:`Store.append` is an atomic
+to append it *only if* no other writer appended first (`Store.append()` is an atomic
 compare-and-append). On a conflict the accountant reads what was added, folds it into
 its running total, decides again and retries.
 """
@@ -63,7 +63,7 @@ class Store(Protocol):
 
 @attrs.frozen
 class AppendResult:
-    """What :meth:`SumLimitedStore.append_within` did.
+    """What `SumLimitedStore.append_within()` did.
 
     Attributes:
         appended: Whether the record was written.

@@ -1,6 +1,6 @@
 """A ledger in PostgreSQL, shared by writers on many machines (the ``postgres`` extra).
 
-The tables (see :mod:`dpaccount.storage._sql`) live in one schema, ``dpaccount`` by
+The tables (see `dpaccount.storage._sql`) live in one schema, ``dpaccount`` by
 default. An append is one transaction; how it excludes other writers is chosen with
 ``locking`` (measured in ``benchmarks/bench_storage.py``, documented in docs/ledgers.md):
 
@@ -19,7 +19,7 @@ How an append is made durable is chosen with ``commit``:
 ``"group"`` (default)
     the append transaction commits with ``SET LOCAL synchronous_commit = off``, which
     releases the ledger row's lock as soon as the commit record is in the WAL buffers;
-    then, before :meth:`PostgresStore.append` returns, a *durability barrier* (a second,
+    then, before `PostgresStore.append()` returns, a *durability barrier* (a second,
     synchronous transaction that writes one WAL record, a transactional
     ``pg_logical_emit_message``) commits. Its commit flushes the WAL up to its own commit
     record, hence up to and including the append's, which precedes it. Writers waiting
@@ -33,11 +33,11 @@ With ``"conditional"`` locking, an append is a single statement (a CTE updates t
 ledger row ``WHERE head = n AND last_hash = h`` and inserts the record from it), sent
 with its commit(s) as one multi-statement query: one round trip, whose last statement
 reads, in a fresh snapshot, the records from ``seq`` on. After a lost race those are the
-winners' records, which then answer the accountant's catch-up (:meth:`head`,
-:meth:`read`) without another round trip; after a win, the records appended since let
+winners' records, which then answer the accountant's catch-up (`head()`,
+`read()`) without another round trip; after a win, the records appended since let
 the next charge start from a fresh tip.
 
-:meth:`PostgresStore.append_within` (used by the accountant for the basic rule) decides
+`PostgresStore.append_within()` (used by the accountant for the basic rule) decides
 on the cached exact sums instead of comparing heads: one round trip calls a PL/pgSQL
 function, created with the tables, that locks the ledger row, adds the record's cost to
 the sums, compares them with the limits and, if they fit, stores the record at the
@@ -49,7 +49,7 @@ raised to ``on`` if the server default is ``off``) before ``append()`` returns, 
 answer is released before its charge is durable. docs/ledgers.md argues the crash cases.
 
 A lock wait longer than ``lock_timeout``, a serialization failure that persists, a lost
-connection or any other database error raises :class:`~dpaccount.errors.StorageError`
+connection or any other database error raises `StorageError`
 and the charge is refused (fail closed). A commit whose outcome is unknown (the
 connection broke during ``COMMIT``) is also refused: the charge may be on record, which
 errs toward more spent, never less.
@@ -186,7 +186,7 @@ def _schema_sql(schema: str) -> list[str]:
 #: The trigger function that keeps a ledger's cached tip moving forward only.
 _TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
 
-#: The server-side function behind :meth:`PostgresStore.append_within` (its signature;
+#: The server-side function behind `PostgresStore.append_within()` (its signature;
 #: the name carries a version so a changed body gets a new function).
 _WITHIN_FUNCTION = "dpaccount_append_within_v1"
 _WITHIN_SIGNATURE = f"{_WITHIN_FUNCTION}(text, bigint, text, text, text, text, text, text, " \
@@ -308,7 +308,7 @@ class PostgresStore:
         schema: The schema holding the tables (created if missing).
         lock_timeout: Seconds to wait for the ledger row's lock before failing closed.
         locking: How appends exclude each other (see the module docstring).
-        commit: How an append is made durable before :meth:`append` returns:
+        commit: How an append is made durable before `append()` returns:
             ``"group"`` (asynchronous commit, then a shared synchronous barrier) or
             ``"sync"`` (a synchronous commit under the row lock). See the module
             docstring.
@@ -570,11 +570,11 @@ class PostgresStore:
 
         One round trip runs a server-side function (created with the schema) that
         locks the ledger row, adds ``record.cost`` to the cached exact sums, compares
-        them with the limits (see :class:`~dpaccount.storage.base.SumLimitedStore`)
+        them with the limits (see `SumLimitedStore`)
         and, if they fit, stores the record re-numbered to the head it found, hashed
-        exactly like :func:`~dpaccount.records.chain_hash_payload` (checked here again).
+        exactly like `chain_hash_payload()` (checked here again).
         Writers queue on the row lock instead of losing races. Durability follows the
-        store's ``commit`` mode, as for :meth:`append`.
+        store's ``commit`` mode, as for `append()`.
 
         Raises:
             LedgerConflictError: ``record.query_id`` is already recorded.

@@ -3,19 +3,19 @@
 The file is opened in WAL mode with ``synchronous=FULL``, so a transaction is on disk
 (the WAL fsync'ed) when ``COMMIT`` returns. Every append runs in one ``BEGIN IMMEDIATE``
 transaction that reads the ledger's tip, refuses with
-:class:`~dpaccount.errors.LedgerConflictError` if another writer appended first, inserts
+`LedgerConflictError` if another writer appended first, inserts
 the hash-chained record and updates the cached tip: a true compare-and-append across
 threads and processes. Waiting for the write lock uses SQLite's busy timeout plus a retry
 loop of our own, so "database is locked" never reaches the caller; when the lock cannot
-be had within ``lock_timeout`` seconds a :class:`~dpaccount.errors.StorageError` is
+be had within ``lock_timeout`` seconds a `StorageError` is
 raised and nothing is written (fail closed).
 
-:meth:`SQLiteStore.append_within` (used by the accountant for the basic rule) decides in
+`SQLiteStore.append_within()` (used by the accountant for the basic rule) decides in
 the same kind of transaction on the cached exact sums and appends at the current head,
 so writers never lose a race.
 
 Records cannot be updated or deleted through SQL (triggers refuse it), and the hash chain
-plus the cached tip make edits made around the triggers visible to :meth:`verify`, which
+plus the cached tip make edits made around the triggers visible to `verify()`, which
 runs whenever a ledger is opened.
 
 Examples:
@@ -166,7 +166,7 @@ class SQLiteStore:
     A new file is created readable and writable by its owner only (0600). Before every
     write the store checks that its path still names the file it opened (device and
     inode): a ledger file deleted or replaced under a running writer fails closed with
-    :class:`~dpaccount.errors.StorageError` instead of committing into a file nobody
+    `StorageError` instead of committing into a file nobody
     will read while a new file starts with a fresh budget.
 
     Args:
@@ -176,7 +176,7 @@ class SQLiteStore:
         lock_timeout: Seconds to wait for the write lock before failing closed (kept to
             within a few tens of milliseconds).
         create: Create the file if it is missing; with ``False`` a missing file is a
-            :class:`~dpaccount.errors.StorageError` naming the path, and nothing is
+            `StorageError` naming the path, and nothing is
             created (for readers: ``dpaccount ledger show`` of a mistyped path).
 
     Raises:
@@ -371,7 +371,7 @@ class SQLiteStore:
 
         One ``BEGIN IMMEDIATE`` transaction reads the cached tip, adds ``record.cost`` to
         its exact sums, compares them with the limits (see
-        :class:`~dpaccount.storage.base.SumLimitedStore`) and, if they fit, stores the
+        `SumLimitedStore`) and, if they fit, stores the
         record re-numbered to the head it found. Writers are serialised by the lock, so
         none of them loses a race and retries. The records other writers appended since
         ``known_head`` are read in the same transaction and checked after it commits.
@@ -622,7 +622,7 @@ class SQLiteStore:
 
     def _check_settings(self) -> None:
         """Fail closed if another process migrated the settings since this store opened
-        the ledger (call after :meth:`_tip` in a write transaction)."""
+        the ledger (call after `_tip()` in a write transaction)."""
         if self._meta_text is not None and self._settings_text != self._meta_text:
             raise StorageError(
                 f"ledger {self.name!r} was migrated to other settings (budget, rule or "
