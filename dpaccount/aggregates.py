@@ -459,6 +459,34 @@ def _converted(data: Any) -> npt.NDArray[np.float64] | None:
         return None
 
 
+#: Attributes of containers that hold a plan of work, not data (polars LazyFrame, Dask,
+#: Spark): reading them runs a job, so they are refused before anything is charged.
+_LAZY_MARKERS = ("collect", "compute", "toPandas")
+
+
+def _check_container(data: Any) -> None:
+    """Refuse, before the charge, a ``data`` whose type can never be read as records.
+
+    Only the container's type is looked at (never its contents), so this check does not
+    depend on the data: a lazy frame (``collect``/``compute``), an iterator or generator
+    (consumed by reading), a string, a mapping or anything without a length is refused
+    with `InvalidCostError` naming the type, and nothing is charged.
+    """
+    kind = type(data).__name__
+    if isinstance(data, (str, bytes, dict)) or not hasattr(data, "__len__"):
+        raise InvalidCostError(
+            "data", kind, "must be an array, a list, a pandas Series or a DataFrame column"
+        )
+    if any(hasattr(data, marker) for marker in _LAZY_MARKERS) and not hasattr(
+        data, "to_numpy"
+    ):
+        raise InvalidCostError(
+            "data", kind,
+            "is a lazy frame (a plan of work, not data): materialise the column first, "
+            "e.g. .collect() or .compute(), then pass it",
+        )
+
+
 def _float_array(data: Any) -> npt.NDArray[np.float64]:
     """The data as a 1-D float64 array (pandas Series / nullable dtypes included).
 
@@ -634,6 +662,7 @@ def count(
     level: Any = 0.95,
     label: str | None = None,
     rng: Any = None,
+    query_id: str | None = None,
 ) -> AggregateResult:
     """A noisy count of the records (rows) of ``data``.
 
@@ -649,6 +678,8 @@ def count(
         level: Confidence level of the interval.
         label: The ledger label (default ``"count"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
+        query_id: An idempotency key, as for `Accountant.charge`: a retry is
+            refused with `DuplicateQueryError` before the data is read.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -663,7 +694,8 @@ def count(
     kind = _choose_mechanism(mechanism, dlt)
     lvl = _check_level(level)
     mech = _noise(kind, eps, dlt, 1, 1, 1, rng)
-    record = accountant.charge(mech, label=label or "count")
+    _check_container(data)
+    record = accountant.charge(mech, label=label or "count", query_id=query_id)
     noisy = mech.release(len(data))
     w = mech.halfwidth(lvl)
     return AggregateResult(
@@ -692,6 +724,7 @@ def sum(
     level: Any = 0.95,
     label: str | None = None,
     rng: Any = None,
+    query_id: str | None = None,
 ) -> AggregateResult:
     """A noisy sum of values clipped to ``[lower, upper]``, summed exactly on a lattice.
 
@@ -708,6 +741,8 @@ def sum(
         level: Confidence level of the interval.
         label: The ledger label (default ``"sum"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
+        query_id: An idempotency key, as for `Accountant.charge`: a retry is
+            refused with `DuplicateQueryError` before the data is read.
 
     Returns:
         The result; ``sensitivity`` is ``S * g`` (see the module table).
@@ -720,7 +755,8 @@ def sum(
     fp = FixedPoint.build(lower, upper, granularity, fill)
     s = sum_sensitivity(fp, relation)
     mech = _noise(kind, eps, dlt, s, 1, s, rng)
-    record = accountant.charge(mech, label=label or "sum")
+    _check_container(data)
+    record = accountant.charge(mech, label=label or "sum", query_id=query_id)
     noisy = mech.release(lattice_sum(data, fp))
     w = mech.halfwidth(lvl)
     g = fp.granularity
@@ -755,6 +791,7 @@ def mean(
     level: Any = 0.95,
     label: str | None = None,
     rng: Any = None,
+    query_id: str | None = None,
 ) -> AggregateResult:
     """A noisy mean of values clipped to ``[lower, upper]``: noisy centred sum / noisy count.
 
@@ -780,6 +817,8 @@ def mean(
         level: Confidence level of the interval (each release at (1 + level) / 2).
         label: The ledger label (default ``"mean"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
+        query_id: An idempotency key, as for `Accountant.charge`: a retry is
+            refused with `DuplicateQueryError` before the data is read.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -804,7 +843,8 @@ def mean(
     sum_mech = _noise(kind, eps * (1 - share), dlt * (1 - share), s, 1, s, rng)
     count_mech = _noise(kind, eps * share, dlt * share, 1, 1, 1, rng)
     total_cost = sum_mech.charge + count_mech.charge
-    record = accountant.charge(total_cost, label=label or "mean")
+    _check_container(data)
+    record = accountant.charge(total_cost, label=label or "mean", query_id=query_id)
     noisy_sum = sum_mech.release(lattice_sum(data, fp, centre))
     noisy_n = count_mech.release(len(data))
     g = fp.granularity
@@ -863,6 +903,7 @@ def histogram(
     level: Any = 0.95,
     label: str | None = None,
     rng: Any = None,
+    query_id: str | None = None,
 ) -> AggregateResult:
     """Noisy counts over declared bins (numeric edges) or declared categories.
 
@@ -883,6 +924,8 @@ def histogram(
         level: Confidence level of each bin's interval.
         label: The ledger label (default ``"histogram"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
+        query_id: An idempotency key, as for `Accountant.charge`: a retry is
+            refused with `DuplicateQueryError` before the data is read.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -903,7 +946,8 @@ def histogram(
         raise InvalidCostError("categories", categories, "at least one category is needed")
     moved = 1 if relation is Relation.ADD_REMOVE else 2
     mech = _noise(kind, eps, dlt, 1, moved, moved, rng)
-    record = accountant.charge(mech, label=label or "histogram")
+    _check_container(data)
+    record = accountant.charge(mech, label=label or "histogram", query_id=query_id)
     if edges is not None:
         counts = histogram_counts(data, edges)
     else:
@@ -948,6 +992,7 @@ def quantile(
     level: Any = 0.95,
     label: str | None = None,
     rng: Any = None,
+    query_id: str | None = None,
 ) -> AggregateResult:
     """A private q-quantile chosen by the exponential mechanism over a declared grid.
 
@@ -973,6 +1018,8 @@ def quantile(
         level: Confidence level of the rank-error statement.
         label: The ledger label (default ``"quantile"``).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
+        query_id: An idempotency key, as for `Accountant.charge`: a retry is
+            refused with `DuplicateQueryError` before the data is read.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -1002,7 +1049,8 @@ def quantile(
         grid = np.unique(np.linspace(lo, hi, grid_size))
     sens = max(qf, 1 - qf) if relation is Relation.ADD_REMOVE else Fraction(1)
     mech = ExponentialMechanism(eps, sens, rng=rng)
-    record = accountant.charge(mech, label=label or "quantile")
+    _check_container(data)
+    record = accountant.charge(mech, label=label or "quantile", query_id=query_id)
     utilities = quantile_utilities(data, grid, qf)
     chosen = float(grid[mech.release(utilities)])
     miss = 1.0 - lvl

@@ -231,3 +231,44 @@ def test_integer_mechanisms_charge_exactly() -> None:
     # at (1, 1e-6) and sensitivity 1 (root of Phi(1/(2s) - s) - e Phi(-1/(2s) - s) = 1e-6,
     # solved with scipy.optimize.brentq); the discrete one must be within 2 %.
     assert 4.2 < math.sqrt(gau.sigma2) < 4.31
+
+
+class _LazyFrame:
+    """Stands for a polars LazyFrame: a plan of work with collect(), no data."""
+
+    def __len__(self) -> int:
+        raise AssertionError("a lazy frame must not be read")
+
+    def collect(self) -> None:
+        raise AssertionError("a lazy frame must not be run")
+
+
+@pytest.mark.parametrize("data", [_LazyFrame(), (x for x in range(3)), "123", {"a": 1}, 5],
+                         ids=lambda d: type(d).__name__)
+def test_containers_that_cannot_be_read_are_refused_before_the_charge(data: object) -> None:
+    # Issue (pipelines, item 4): a polars LazyFrame used to cost epsilon = 0.5, then raise.
+    from dpaccount import aggregates
+
+    acct = Accountant(Budget(10))
+    for call in (
+        lambda: aggregates.count(data, acct, "0.5"),
+        lambda: aggregates.sum(data, acct, "0.5", lower=0, upper=1),
+        lambda: aggregates.mean(data, acct, "0.5", lower=0, upper=1),
+        lambda: aggregates.histogram(data, acct, "0.5", bins=[0, 1, 2]),
+        lambda: aggregates.quantile(data, acct, "0.5", q="0.5", lower=0, upper=10),
+    ):
+        with pytest.raises(InvalidCostError, match="data"):
+            call()
+    assert len(acct.records) == 0
+
+
+def test_aggregates_take_a_query_id_and_never_charge_twice() -> None:
+    from dpaccount import DuplicateQueryError, aggregates
+
+    acct = Accountant(Budget(10))
+    values = np.array([1.0, 2.0, 3.0])
+    aggregates.sum(values, acct, "0.5", lower=0, upper=5, query_id="nightly-sum")
+    with pytest.raises(DuplicateQueryError):
+        aggregates.sum(values, acct, "0.5", lower=0, upper=5, query_id="nightly-sum")
+    aggregates.count(values, acct, "0.5", query_id="nightly-count")
+    assert [r.query_id for r in acct.records] == ["nightly-sum", "nightly-count"]
