@@ -67,6 +67,27 @@ _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[
 _RATIO_TEXT = re.compile(r"[+-]?[0-9]+/[0-9]+")
 
 
+def int_text(value: int) -> str:
+    """Decimal digits of an integer of any size (Python's int-to-str limit does not apply:
+    a ledger's exact sums may grow past 4300 digits and must stay writable and readable)."""
+    if value.bit_length() < 10_000:
+        return str(value)
+    return str(Decimal(value))
+
+
+def text_int(text: str) -> int:
+    """The integer written by :func:`int_text` (digits, optional sign), of any size.
+
+    Raises:
+        ValueError: The text is not an integer.
+    """
+    if len(text) < 3_000:
+        return int(text)
+    if not text.lstrip("-").isdigit() or not text.isascii():
+        raise ValueError("not an integer")
+    return int(Decimal(text))
+
+
 def _refuse(field: str, value: Any, reason: str) -> InvalidCostError:
     return InvalidCostError(field, value, reason)
 
@@ -127,8 +148,10 @@ def to_fraction(value: Any, field: str) -> Fraction:
 
     Subclasses of ``int``, ``float``, ``Fraction`` and ``Decimal`` are read through the
     base type's own data (an overridden ``__eq__`` or ``numerator`` cannot change the
-    value), and strings must be plain ASCII decimals or ratios. Values whose exact form
-    would need more than `MAX_VALUE_BITS` bits are refused before they are built.
+    value), and strings must be plain ASCII decimals or ratios. Text, Decimals and
+    integers whose exact form would need more than `MAX_VALUE_BITS` bits are refused
+    before they are built (a ``Fraction`` is taken as it is: the library's own exact
+    sums and remainders are Fractions of any size).
 
     Args:
         value: An int, float, str, Decimal, Fraction, or numpy scalar.
@@ -155,11 +178,14 @@ def to_fraction(value: Any, field: str) -> Fraction:
     if isinstance(value, bool) or kind.__name__ == "bool_":
         raise _refuse(field, value, "a boolean is not a privacy parameter")
     if kind is Fraction:
-        return _bounded(value, field, value)
+        # Exact values computed inside the library (sums, remainders) are Fractions of
+        # any size; only text, Decimals and integers, which a user types, are bounded.
+        exact: Fraction = value
+        return exact
     if isinstance(value, Fraction):  # a subclass: read the two integers underneath
         numerator = int.__int__(Fraction.numerator.__get__(value))
         denominator = int.__int__(Fraction.denominator.__get__(value))
-        return _bounded(Fraction(numerator, denominator), field, value)
+        return Fraction(numerator, denominator)
     if isinstance(value, int):
         return _bounded(Fraction(int.__int__(value)), field, value)
     if isinstance(value, float):

@@ -16,6 +16,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -88,8 +89,12 @@ def format_bound(value: Fraction | None, *, upward: bool = True,
 
 def _rounded(value: Fraction, digits: int, upward: bool) -> Fraction:
     magnitude = abs(value)
-    exponent = len(str(magnitude.numerator)) - len(str(magnitude.denominator))
-    if Fraction(10) ** exponent > magnitude:
+    # floor(log10(magnitude)) from bit lengths (no int-to-str conversion of huge values)
+    bits = magnitude.numerator.bit_length() - magnitude.denominator.bit_length()
+    exponent = math.floor(bits * 0.30102999566398120) - 1
+    while Fraction(10) ** (exponent + 1) <= magnitude:
+        exponent += 1
+    while Fraction(10) ** exponent > magnitude:
         exponent -= 1
     scale = Fraction(10) ** (digits - 1 - exponent)
     scaled = value * scale
@@ -122,7 +127,11 @@ def _short_decimal(value: Fraction) -> str | None:
     if rest != 1:
         return None
     places = max(twos, fives)
+    if places > 400:
+        return None
     digits = value.numerator * 10**places // value.denominator
+    if digits.bit_length() > 200:
+        return None
     if len(str(abs(digits)).rstrip("0")) > 17:
         return None
     text = repr(float(digits) / 10**places) if places <= 22 else None

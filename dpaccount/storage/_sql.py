@@ -28,6 +28,7 @@ from fractions import Fraction
 import attrs
 import pydantic
 
+from dpaccount._numeric import int_text, text_int
 from dpaccount.errors import LedgerCorruptError, StorageError
 from dpaccount.records import (
     GENESIS_HASH,
@@ -65,7 +66,7 @@ def frac_text(value: Fraction) -> str:
         >>> frac_text(Fraction(1, 3))
         '1/3'
     """
-    return f"{value.numerator}/{value.denominator}"
+    return f"{int_text(value.numerator)}/{int_text(value.denominator)}"
 
 
 def parse_frac(text: str, what: str) -> Fraction:
@@ -77,7 +78,7 @@ def parse_frac(text: str, what: str) -> Fraction:
     """
     num, sep, den = str(text).partition("/")
     try:
-        return Fraction(int(num), int(den) if sep else 1)
+        return Fraction(text_int(num), text_int(den) if sep else 1)
     except (ValueError, ZeroDivisionError):
         raise LedgerCorruptError(f"the cached {what} {text!r} is not an exact number") from None
 

@@ -297,3 +297,22 @@ def test_a_replaced_append_function_is_refused_at_open(pg_url: str) -> None:
         open_ledger(pg_url, name="P", budget=Budget(1))
     out = io.StringIO()
     assert ledger_main(["ledger", "verify", pg_url, "--name", "P"], out=out) == 1
+
+
+@pytest.mark.parametrize("rule", ["basic", "filter"])
+def test_exact_sums_past_python_int_str_limit_do_not_brick_a_ledger(url: str, rule: str
+                                                                    ) -> None:
+    # Integrity review: 79 charges of 1/(10^100 + k) made the stored exact sum exceed
+    # Python's int-to-str limit (4300 digits): PostgreSQL ledgers could never be opened
+    # again, SQLite raised an untyped ValueError. 50 such charges make a 5000-digit sum.
+    from fractions import Fraction
+
+    acct = open_ledger(url, name="S", budget=Budget(1, "1e-5"), rule=rule)
+    for k in range(50):
+        acct.charge(PrivacyCost(Fraction(1, 10**100 + k)))
+    acct.store.close()
+    again = open_ledger(url, name="S", budget=Budget(1, "1e-5"), rule=rule)
+    again.charge(PrivacyCost("0.1"))
+    assert len(again.records) == 51
+    again.store.verify()  # type: ignore[attr-defined]
+    again.store.close()
