@@ -48,6 +48,7 @@ from dpaccount.mechanisms._sampling import (
     RandomSource,
     check_dimension,
     from_lattice,
+    labelled_like,
     power_of_two_at_most,
     resolve_rng,
     sample_discrete_laplace,
@@ -171,11 +172,12 @@ class LaplaceMechanism(Mechanism):
             value: A finite real number, or an array of ``dimension`` of them.
 
         Returns:
-            A float for a scalar input, else a float64 array of the input's shape.
+            A float for a scalar input, else a float64 array of the input's shape (a
+            pandas Series or DataFrame keeps its index, name and columns).
         """
         k, shape = to_lattice(value, self._granularity, self._dimension)
         noisy = [x + sample_discrete_laplace(self._lattice_scale, self._rng) for x in k]
-        return from_lattice(noisy, self._granularity, shape)
+        return labelled_like(value, from_lattice(noisy, self._granularity, shape))
 
     def noise_tail(self, threshold: Any) -> float:
         """P[|noise| > threshold] in one coordinate (an upper bound, as a float).

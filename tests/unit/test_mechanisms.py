@@ -323,3 +323,18 @@ def test_exponential_select_and_parameters() -> None:
         ExponentialMechanism(1, 1, monotonic="yes")  # type: ignore[arg-type]
     with pytest.raises(InvalidCostError):
         ExponentialMechanism(0, 1)
+
+
+def test_pandas_in_pandas_out() -> None:
+    # Issue (pipelines, item 6): a Series came back as an ndarray, losing its labels.
+    import pandas as pd
+
+    series = pd.Series([10.0, 20.0, 30.0], index=["north", "south", "east"], name="income")
+    noisy = LaplaceMechanism(1, 1, dimension=3).release(series)
+    assert isinstance(noisy, pd.Series)
+    assert list(noisy.index) == ["north", "south", "east"] and noisy.name == "income"
+    frame = pd.DataFrame({"a": [1.0, 2.0], "b": [3.0, 4.0]}, index=["x", "y"])
+    noisy_frame = GaussianMechanism(1, "1e-6", 1, dimension=4).release(frame)
+    assert isinstance(noisy_frame, pd.DataFrame)
+    assert list(noisy_frame.index) == ["x", "y"] and list(noisy_frame.columns) == ["a", "b"]
+    assert isinstance(LaplaceMechanism(1, 1).release(5.0), float)
