@@ -25,7 +25,7 @@ from dpaccount.errors import (
     StorageError,
     missing_extra,
 )
-from dpaccount.ledgers import open_store, redact_url
+from dpaccount.ledgers import check_checkpoint, make_checkpoint, open_store, redact_url
 from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
 
 __all__ = ["add_ledger_commands", "ledger_main"]
@@ -49,7 +49,14 @@ def add_ledger_commands(subparsers: Any) -> None:
     show.set_defaults(func=_show)
     verify = sub.add_parser("verify", help="check records, hash chain and totals")
     common(verify)
+    verify.add_argument("--checkpoint", help="a head checkpoint file the chain must extend")
     verify.set_defaults(func=_verify)
+    checkpoint = sub.add_parser(
+        "checkpoint", help="write a head checkpoint (length and last hash) of a verified ledger"
+    )
+    common(checkpoint)
+    checkpoint.add_argument("--output", required=True, help="the checkpoint file to write")
+    checkpoint.set_defaults(func=_checkpoint)
     export = sub.add_parser("export", help="write every record as JSON or CSV")
     common(export)
     export.add_argument("--format", choices=("json", "csv"), default="json")
@@ -195,6 +202,13 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"CORRUPT: ledger {args.name!r} at {redact_url(args.url)}:{where} {exc}",
               file=out)
         return 1
+    if args.checkpoint:
+        try:
+            with open(args.checkpoint, encoding="utf-8") as stream:
+                check_checkpoint(records, json.load(stream), meta.name)
+        except LedgerCorruptError as exc:
+            print(f"CORRUPT: ledger {args.name!r} at {redact_url(args.url)}: {exc}", file=out)
+            return 1
     spent, rule_name = _spent(meta, records)
     if not spent.fits(meta.budget):
         print(f"OVERSPENT: ledger {meta.name!r} at {redact_url(args.url)}: under the "
@@ -204,6 +218,17 @@ def _verify(args: argparse.Namespace) -> int:
     print(f"ok: ledger {meta.name!r} has {len(records)} intact records; "
           f"sum epsilon {_up(tip.epsilon_sum)}, sum delta "
           f"{_up(tip.delta_sum)}; last hash {tip.last_hash}", file=out)
+    return 0
+
+
+def _checkpoint(args: argparse.Namespace) -> int:
+    meta, records, _tip = _load(args)
+    point = make_checkpoint(records, meta.name)
+    with open(args.output, "w", encoding="utf-8") as stream:
+        json.dump(point, stream, indent=2, sort_keys=True)
+        stream.write("\n")
+    print(f"wrote {args.output}: ledger {meta.name!r}, {point['head']} records, last hash "
+          f"{point['last_hash']}", file=_out(args))
     return 0
 
 

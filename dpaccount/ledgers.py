@@ -28,18 +28,22 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from dpaccount.accountant import Accountant, _as_budget, ledger_settings
 from dpaccount.charges import Relation
 from dpaccount.composition import Rule
-from dpaccount.errors import ConfigError
+from dpaccount.errors import ConfigError, LedgerCorruptError
+from dpaccount.records import GENESIS_HASH, LedgerRecord, chain_hash
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore
 
-__all__ = ["open_ledger", "open_store", "redact_url"]
+__all__ = ["check_checkpoint", "make_checkpoint", "open_ledger", "open_store", "redact_url"]
 
 _SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
 
@@ -175,6 +179,7 @@ def open_ledger(
     migrate: bool = False,
     rule_options: Mapping[str, Any] | None = None,
     dataset_size: int | None = None,
+    checkpoint: str | os.PathLike[str] | None = None,
 ) -> Accountant:
     """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
 
@@ -193,6 +198,10 @@ def open_ledger(
         migrate: Record an explicit migration if the stored settings differ.
         rule_options: Further keyword arguments for the rule.
         dataset_size: The number of records n, if declared (total delta stays < 1/n).
+        checkpoint: A head checkpoint file (`make_checkpoint`, ``dpaccount ledger
+            checkpoint``): the ledger must still hold the chain it recorded, or
+            `LedgerCorruptError` is raised (truncation, a rollback to a backup, a
+            recreated file).
 
     Returns:
         An `Accountant` whose store is the opened ledger.
@@ -213,7 +222,7 @@ def open_ledger(
                 raise ConfigError(f"the store behind {url!r} does not support migrations")
             if getattr(store, "stored_meta", lambda: None)() is not None:
                 migrate_to(meta)
-        return Accountant(
+        acct = Accountant(
             budget,
             rule=rule,
             store=store,
@@ -223,6 +232,54 @@ def open_ledger(
             rule_options=rule_options,
             dataset_size=dataset_size,
         )
+        if checkpoint is not None:
+            with open(checkpoint, encoding="utf-8") as stream:
+                check_checkpoint(acct.records, json.load(stream), name)
+        return acct
     except BaseException:
         store.close()
         raise
+
+
+def make_checkpoint(records: Sequence[LedgerRecord], name: str) -> dict[str, Any]:
+    """A head checkpoint of a verified ledger: its name, length and last chain hash.
+
+    Written somewhere the database's writers cannot change (another machine, a
+    write-once bucket, a signed commit), it lets `check_checkpoint` detect a ledger that
+    was truncated, rolled back to a backup or recreated since.
+    """
+    last = GENESIS_HASH
+    for record in records:
+        last = chain_hash(last, record)
+    return {"ledger": name, "head": len(records), "last_hash": last,
+            "written_at": datetime.now(UTC).isoformat()}
+
+
+def check_checkpoint(records: Sequence[LedgerRecord], checkpoint: Mapping[str, Any],
+                     name: str) -> None:
+    """Refuse a ledger that no longer extends the chain a checkpoint recorded.
+
+    Raises:
+        LedgerCorruptError: Another ledger's checkpoint, fewer records than it holds, or
+            a different chain up to its head.
+        ConfigError: The checkpoint is not one (missing or malformed fields).
+    """
+    try:
+        head, last_hash, ledger = (int(checkpoint["head"]), str(checkpoint["last_hash"]),
+                                   str(checkpoint["ledger"]))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError("the checkpoint file is not a dpaccount head checkpoint") from None
+    if ledger != name:
+        raise LedgerCorruptError(f"the checkpoint is of ledger {ledger!r}, not {name!r}")
+    if len(records) < head:
+        raise LedgerCorruptError(
+            f"ledger {name!r} holds {len(records)} records, fewer than the {head} of its "
+            "checkpoint: it was truncated, rolled back to a backup or recreated",
+            seq=len(records),
+        )
+    if make_checkpoint(records[:head], name)["last_hash"] != last_hash:
+        raise LedgerCorruptError(
+            f"ledger {name!r} is not the chain its checkpoint recorded (its first {head} "
+            "records differ): it was rewritten, or restored from another copy",
+            seq=head - 1 if head else None,
+        )

@@ -316,3 +316,52 @@ def test_exact_sums_past_python_int_str_limit_do_not_brick_a_ledger(url: str, ru
     assert len(again.records) == 51
     again.store.verify()  # type: ignore[attr-defined]
     again.store.close()
+
+
+def test_a_head_checkpoint_detects_rollback_truncation_and_recreation(tmp_path: Path) -> None:
+    # Integrity review: restoring an old backup, truncating the tail and fixing the cache,
+    # or recreating the file all reopened cleanly. A checkpoint kept elsewhere refuses them.
+    import json
+
+    from dpaccount.errors import LedgerCorruptError
+
+    db = tmp_path / "c.db"
+    url = f"sqlite:///{db}"
+    acct = open_ledger(url, name="L", budget=Budget(10))
+    for _ in range(3):
+        acct.charge(PrivacyCost("0.1"))
+    acct.store.close()
+    backup = tmp_path / "backup.db"
+    shutil.copy(db, backup)
+    acct = open_ledger(url, name="L", budget=Budget(10))
+    acct.charge(PrivacyCost("0.1"))
+    acct.store.close()
+    point = tmp_path / "head.json"
+    out = io.StringIO()
+    assert ledger_main(["ledger", "checkpoint", url, "--name", "L", "--output", str(point)],
+                       out=out) == 0
+    saved = json.loads(point.read_text())
+    tip = open_store(url, name="L").verify()  # type: ignore[attr-defined]
+    assert saved["head"] == 4 and saved["last_hash"] == tip.last_hash
+
+    grown = open_ledger(url, name="L", budget=Budget(10), checkpoint=point)
+    grown.charge(PrivacyCost("0.1"))  # a ledger that grew past its checkpoint is fine
+    grown.store.close()
+
+    shutil.copy(backup, db)  # roll back to the backup (3 records, a valid chain)
+    for name in ("c.db-wal", "c.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    with pytest.raises(LedgerCorruptError, match="fewer than"):
+        open_ledger(url, name="L", budget=Budget(10), checkpoint=point)
+    out = io.StringIO()
+    assert ledger_main(["ledger", "verify", url, "--name", "L", "--checkpoint", str(point)],
+                       out=out) == 1
+    assert "CORRUPT" in out.getvalue()
+
+    db.unlink()  # recreated from scratch with as many records: a different chain
+    fresh = open_ledger(url, name="L", budget=Budget(10))
+    for _ in range(5):
+        fresh.charge(PrivacyCost("0.2"))
+    fresh.store.close()
+    with pytest.raises(LedgerCorruptError, match="not the chain"):
+        open_ledger(url, name="L", budget=Budget(10), checkpoint=point)
