@@ -341,16 +341,18 @@ def test_a_head_checkpoint_detects_rollback_truncation_and_recreation(tmp_path: 
     assert ledger_main(["ledger", "checkpoint", url, "--name", "L", "--output", str(point)],
                        out=out) == 0
     saved = json.loads(point.read_text())
-    tip = open_store(url, name="L").verify()  # type: ignore[attr-defined]
+    reader: Any = open_store(url, name="L")
+    tip = reader.verify()
+    reader.close()
     assert saved["head"] == 4 and saved["last_hash"] == tip.last_hash
 
     grown = open_ledger(url, name="L", budget=Budget(10), checkpoint=point)
     grown.charge(PrivacyCost("0.1"))  # a ledger that grew past its checkpoint is fine
     grown.store.close()
 
-    shutil.copy(backup, db)  # roll back to the backup (3 records, a valid chain)
-    for name in ("c.db-wal", "c.db-shm"):
-        (tmp_path / name).unlink(missing_ok=True)
+    for name in ("c.db-wal", "c.db-shm"):  # every connection is closed: roll back to
+        (tmp_path / name).unlink(missing_ok=True)  # the backup (3 records, a valid chain)
+    shutil.copy(backup, db)
     with pytest.raises(LedgerCorruptError, match="fewer than"):
         open_ledger(url, name="L", budget=Budget(10), checkpoint=point)
     out = io.StringIO()
