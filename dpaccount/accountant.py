@@ -17,7 +17,6 @@ Examples:
 from __future__ import annotations
 
 import threading
-import unicodedata
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -521,11 +520,11 @@ MAX_TEXT_LENGTH = 1000
 def check_text(value: Any, field: str) -> None:
     """Refuse a label or query_id that could break a ledger or forge its output.
 
-    It must be None or a ``str`` of at most `MAX_TEXT_LENGTH` characters that
-    encodes as strict UTF-8 (no lone surrogates, which every backend would store but no
-    reader could decode) and holds no control characters (newlines and terminal escapes
-    would forge lines in ``dpaccount ledger show``). Checked before anything is charged,
-    the same for every store.
+    It must be None or a ``str`` of at most `MAX_TEXT_LENGTH` printable characters
+    (`str.isprintable`): no lone surrogates, which every backend would store but no reader
+    could decode, and no control, format or separator characters (newlines and terminal
+    escapes would forge lines in ``dpaccount ledger show``); the ASCII space is allowed.
+    Checked before anything is charged, the same for every store.
 
     Raises:
         InvalidCostError: Naming the field and what is wrong with it.
@@ -538,16 +537,11 @@ def check_text(value: Any, field: str) -> None:
         raise InvalidCostError(
             field, f"<{len(value)} characters>", f"is longer than {MAX_TEXT_LENGTH} characters"
         )
-    try:
-        value.encode("utf-8", "strict")
-    except UnicodeEncodeError:
-        raise InvalidCostError(
-            field, ascii(value)[:80], "is not valid Unicode (it holds a lone surrogate)"
-        ) from None
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") for c in value):
+    if not value.isprintable():
         raise InvalidCostError(
             field, ascii(value)[:80],
-            "holds control or format characters (newlines, tabs, terminal escapes, ...)",
+            "holds characters that are not printable (newlines, tabs, terminal escapes, "
+            "lone surrogates, format or separator characters other than the space)",
         )
 
 
