@@ -386,6 +386,46 @@ class AggregateResult:
         """The (epsilon, delta) charged for this aggregate."""
         return self.record.cost
 
+    def clamped(self, lower: float = 0.0, upper: float | None = None) -> AggregateResult:
+        """The same result with its value and interval clipped to ``[lower, upper]``.
+
+        Post-processing of a released value: free (no new charge, the same record) and
+        still covered by the charge's guarantee. A noisy count below 0 becomes 0; the
+        interval still contains the true answer whenever the true answer is in the
+        range (a count is never negative).
+
+        Examples:
+            >>> from dpaccount import Accountant
+            >>> res = count([], Accountant(1), 1).clamped()
+            >>> res.value >= 0 and res.interval[0] >= 0
+            True
+        """
+        def clip(x: Any) -> Any:
+            arr = np.clip(np.asarray(x, dtype=np.float64), lower, upper)
+            return float(arr) if arr.ndim == 0 else arr
+
+        interval = None if self.interval is None else (
+            clip(self.interval[0]), clip(self.interval[1])
+        )
+        return attrs.evolve(self, value=clip(self.value), interval=interval)
+
+    def rounded(self) -> AggregateResult:
+        """The same result with its value rounded to whole numbers (free post-processing,
+        e.g. for counts); the interval is widened outward to whole numbers."""
+        def nearest(x: Any) -> Any:
+            arr = np.rint(np.asarray(x, dtype=np.float64))
+            return float(arr) if arr.ndim == 0 else arr
+
+        def outward(x: Any, up: bool) -> Any:
+            arr = np.ceil(x) if up else np.floor(x)
+            arr = np.asarray(arr, dtype=np.float64)
+            return float(arr) if arr.ndim == 0 else arr
+
+        interval = None if self.interval is None else (
+            outward(self.interval[0], False), outward(self.interval[1], True)
+        )
+        return attrs.evolve(self, value=nearest(self.value), interval=interval)
+
 
 # ---------------------------------------------------------------------------------------
 # Validation, conversion and exact fixed-point arithmetic

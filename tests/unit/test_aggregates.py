@@ -272,3 +272,24 @@ def test_aggregates_take_a_query_id_and_never_charge_twice() -> None:
         aggregates.sum(values, acct, "0.5", lower=0, upper=5, query_id="nightly-sum")
     aggregates.count(values, acct, "0.5", query_id="nightly-count")
     assert [r.query_id for r in acct.records] == ["nightly-sum", "nightly-count"]
+
+
+def test_clamping_and_rounding_are_free_post_processing() -> None:
+    # Issue (pipelines, item 6): noisy counts could be negative with no option.
+    from dpaccount import aggregates
+
+    acct = Accountant(Budget(100))
+    source = RandomSource.seeded(3)
+    results = [aggregates.count([], acct, "0.05", rng=source) for _ in range(20)]
+    assert any(r.value < 0 for r in results)  # at epsilon 0.05 about half are negative
+    for r in results:
+        c = r.clamped()
+        assert c.value >= 0 and c.interval is not None and c.interval[0] >= 0
+        assert c.record is r.record  # the same charge: nothing new is recorded
+        rounded = r.clamped().rounded()
+        assert float(rounded.value).is_integer()
+        assert rounded.interval[0] <= c.interval[0] and rounded.interval[1] >= c.interval[1]
+    assert len(acct.records) == 20
+    hist = aggregates.histogram(np.array([0.5]), acct, "0.05", bins=[0, 1, 2], rng=source)
+    assert np.all(hist.clamped().value >= 0)
+    assert len(acct.records) == 21
