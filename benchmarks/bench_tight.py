@@ -93,7 +93,8 @@ def ours_pld(
 def ours_rdp(kind: str, p: dict[str, float], delta: float) -> float:
     k = int(p["steps"])
     if kind == "sgm":
-        return float(dpsgd_epsilon(p["q"], p["sigma"], k, delta, accountant="rdp"))
+        return dpsgd_epsilon(sampling_rate=p["q"], noise_multiplier=p["sigma"], steps=k,
+                             target_delta=delta, accountant="rdp")
     if kind == "gauss":
         return _refined_epsilon(lambda a: k * gaussian_rdp(p["sigma"], 1, a), DEFAULT_ORDERS, delta)
     return _refined_epsilon(lambda a: k * laplace_rdp(p["scale"], 1, a), DEFAULT_ORDERS, delta)

@@ -87,6 +87,7 @@ __all__ = [
     "gdp_epsilon",
     "laplace_rdp",
     "rdp_epsilon",
+    "sgm_epsilon",
     "subsampled_gaussian_rdp",
     "wor_subsampled_gaussian_rdp",
     "zcdp_epsilon",
@@ -287,6 +288,92 @@ def wor_subsampled_gaussian_rdp(rate: Any, noise_multiplier: Any, alpha: float) 
         log_terms.append(j * math.log(g) + float(log_binom) + (j - 1) * eps(j) + math.log(2))
     value = float(special.logsumexp(log_terms)) / (n - 1)
     return _push(value)
+
+
+#: Integer orders of the fast DP-SGD path (`sgm_epsilon`): every order up to 64, then
+#: a sparse tail; the fractional optimum is then found between the best one's neighbours.
+SGM_INTEGER_ORDERS: tuple[int, ...] = (
+    *range(2, 65), 72, 80, 96, 112, 128, 160, 192, 256, 384, 512, 1024,
+)
+
+
+@functools.lru_cache(maxsize=8)
+def _binomial_layout(orders: tuple[int, ...]) -> tuple[Array, Array, Array, npt.NDArray[np.intp]]:
+    """Flattened (n, k, ln C(n, k)) for k = 0..n of every order n, and segment starts."""
+    n = np.concatenate([np.full(o + 1, o, dtype=np.float64) for o in orders])
+    k = np.concatenate([np.arange(o + 1, dtype=np.float64) for o in orders])
+    log_binom = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+    starts = np.cumsum([0] + [o + 1 for o in orders[:-1]]).astype(np.intp)
+    return n, k, log_binom, starts
+
+
+def _sgm_integer_rdp(q: float, sigma: float, orders: tuple[int, ...]) -> Array:
+    """RDP of the Poisson-subsampled Gaussian at integer ``orders``, in one pass.
+
+    The binomial expansion of Mironov, Talwar and Zhang 2019, Sec. 3.3 (the same sum as
+    `subsampled_gaussian_rdp` at an integer order), vectorised over all orders with a
+    segmented log-sum-exp, and rounded up like every RDP value here.
+    """
+    a = np.asarray(orders, dtype=np.float64)
+    if q >= 1:
+        values = a / (2 * sigma * sigma)
+    else:
+        n, k, log_binom, starts = _binomial_layout(orders)
+        terms = log_binom + (n - k) * math.log1p(-q) + k * math.log(q) + (
+            (k * k - k) / (2 * sigma * sigma)
+        )
+        peak = np.maximum.reduceat(terms, starts)
+        sizes = np.diff(np.append(starts, terms.size))
+        total = np.add.reduceat(np.exp(terms - np.repeat(peak, sizes)), starts)
+        values = np.maximum(peak + np.log(total), 0.0) / (a - 1)
+    if np.isnan(values).any():
+        raise InvalidCostError("rdp", "NaN", "computation produced NaN")
+    pushed = np.nextafter(values * (1 + _REL) + 1e-300, np.inf)
+    return np.asarray(pushed, dtype=np.float64)
+
+
+def sgm_epsilon(
+    rate: Any, noise_multiplier: Any, steps: int, delta: Any, *, refine: bool = True
+) -> float:
+    """Epsilon of ``steps`` Poisson-subsampled Gaussians by RDP, fast (DP-SGD's case).
+
+    The same bound as minimising over every order, found with far fewer evaluations:
+    all integer orders of `SGM_INTEGER_ORDERS` in one vectorised pass, then a continuous
+    search of the fractional orders between the best integer order's neighbours (by
+    quadrature, as `subsampled_gaussian_rdp`). Every order gives a valid bound
+    (composition: Mironov 2017, Prop. 1; conversion: Canonne, Kamath and Steinke 2020,
+    Prop. 12), so the search can only affect how tight the result is, never whether it
+    holds. Rounded up.
+
+    ``refine=False`` skips the fractional search (a valid, slightly larger bound, in
+    well under a millisecond: what calibration tries first).
+
+    Examples:
+        >>> 2.59 < sgm_epsilon(256 / 60000, 1.1, 14063, 1e-5) < 2.60
+        True
+    """
+    q = float_up(check_rate(rate, "sampling_rate"))
+    sigma = float_down(check_positive(noise_multiplier, "noise_multiplier"))
+    d = float(check_float_delta(check_delta(delta, "target_delta")))
+    if d <= 0:
+        raise InvalidCostError("target_delta", delta, "must be > 0 for RDP")
+    orders = SGM_INTEGER_ORDERS
+    a = np.asarray(orders, dtype=np.float64)
+    eps = _conversion(steps * _sgm_integer_rdp(q, sigma, orders), a, d)
+    i = int(np.argmin(eps))
+    best = _round_eps(float(eps[i]))
+    lo = float(a[i - 1]) if i > 0 else 1.0 + 1e-6
+    hi = float(a[min(i + 1, a.size - 1)])
+    if best == 0 or hi <= lo or not refine:
+        return best
+
+    def objective(alpha: float) -> float:
+        rdp = steps * subsampled_gaussian_rdp(q, sigma, alpha)
+        return float(_conversion(np.array([rdp]), np.array([alpha]), d)[0])
+
+    res = optimize.minimize_scalar(objective, bounds=(lo, hi), method="bounded",
+                                   options={"xatol": 1e-3})
+    return min(best, _round_eps(objective(float(res.x))))
 
 
 def _conversion(rdp: Array, orders: Array, delta: float) -> Array:

@@ -95,7 +95,8 @@ def test_log_one_over_delta_bounds_take_any_delta() -> None:
         lambda: Accountant(Budget(1, TINY), rule="rdp"),
         lambda: Accountant(Budget(1, TINY), rule="gdp"),
         lambda: GaussianMechanism(epsilon=1, delta=TINY, sensitivity=1),
-        lambda: dpsgd_epsilon(0.01, 1.0, 100, TINY, accountant="rdp"),
+        lambda: dpsgd_epsilon(sampling_rate=0.01, noise_multiplier=1.0, steps=100,
+                              target_delta=TINY, accountant="rdp"),
     ],
 )
 def test_float_bounds_refuse_deltas_below_1e_300_with_a_typed_error(build) -> None:  # type: ignore[no-untyped-def]
