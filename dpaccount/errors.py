@@ -8,6 +8,8 @@ working for invalid input::
     ├── InvalidCostError(DPAccountError, ValueError)   NaN/inf/negative ε, δ ∉ [0, 1),
     │                                                  bad rate, bool or str where a number is due
     ├── BudgetExceededError(DPAccountError)            .requested .spent .budget
+    │   └── StepRefusedError                           a training step; .step, and whether
+    │                                                  its noisy gradient was computed
     ├── UnsupportedChargeError(DPAccountError)         a rule or relation cannot compose a charge
     ├── DuplicateQueryError(DPAccountError)            a query_id was already charged; .record
     ├── UnreleasableResultError(DPAccountError, ValueError)  a query's answer cannot be released
@@ -40,6 +42,7 @@ __all__ = [
     "InvalidCostError",
     "LedgerConflictError",
     "LedgerCorruptError",
+    "StepRefusedError",
     "StorageError",
     "UnreleasableResultError",
     "UnsupportedChargeError",
@@ -113,6 +116,47 @@ class BudgetExceededError(DPAccountError):
             f"under the {rule!r} rule the total would be {would_be}, {limit}. Nothing "
             "was recorded and the query did not run; ask for less (a smaller epsilon or "
             "delta, or fewer repetitions) or use a new budget."
+        )
+
+
+class StepRefusedError(BudgetExceededError):
+    """A training step (or a chunk of steps) would take the run over its budget.
+
+    Nothing was recorded. The message says what happened to the step: when the refusal
+    comes from an optimizer hook (Opacus), the step's noisy gradient was already
+    computed but is discarded, not applied, so the model is as it was after the last
+    admitted step; when it comes before a chunk of steps (JAX), nothing ran at all.
+
+    Attributes:
+        step: The number of steps admitted before this one (the refused step is
+            ``step + 1``).
+        steps: How many steps were asked for at once.
+        computed: Whether the refused step's gradient had been computed.
+    """
+
+    def __init__(self, refused: BudgetExceededError, *, step: int, steps: int,
+                 computed: bool) -> None:
+        self.step = step
+        self.steps = steps
+        self.computed = computed
+        self.requested = refused.requested
+        self.spent = refused.spent
+        self.budget = refused.budget
+        self.would_be = refused.would_be
+        self.rule = refused.rule
+        what = (
+            "The step's noisy gradient was computed but is discarded, not applied: the "
+            "model is as it was after the last admitted step."
+            if computed
+            else "Nothing ran."
+        )
+        count = f"steps {step + 1}-{step + steps}" if steps > 1 else f"step {step + 1}"
+        DPAccountError.__init__(
+            self,
+            f"refused: training {count} would take the run to {self.would_be} under the "
+            f"{self.rule!r} rule, over its budget {self.budget}. Nothing was recorded; "
+            f"{step} steps were admitted before. {what} Stop training here (save the "
+            "model), or continue with more noise or a new budget.",
         )
 
 

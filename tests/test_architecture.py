@@ -29,6 +29,7 @@ LAYERS = {
     "dpaccount.ledger_cli": 4,
     "dpaccount.plot": 4,
     "dpaccount._demo": 4,
+    "dpaccount.integrations": 4,
     "dpaccount": 4,  # the package __init__ re-exports everything
 }
 NAMES = ["values", "rules", "mechanisms", "stateful", "edges"]

@@ -1,0 +1,23 @@
+"""Collection rules for the whole tree: framework adapters need their framework.
+
+`dpaccount.integrations.opacus` and `dpaccount.integrations.jax` import Opacus / JAX
+when imported, so their doctests are only collected where the framework is installed.
+With ``DPACCOUNT_REQUIRE_ML=1`` (set by ``.ci/run``) nothing is skipped: a missing
+framework fails the run instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+_ADAPTERS = {
+    "dpaccount/integrations/opacus.py": "opacus",
+    "dpaccount/integrations/jax.py": "jax",
+}
+
+collect_ignore = [
+    path
+    for path, module in _ADAPTERS.items()
+    if os.environ.get("DPACCOUNT_REQUIRE_ML") != "1" and importlib.util.find_spec(module) is None
+]

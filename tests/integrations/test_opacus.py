@@ -1,0 +1,181 @@
+"""Opacus: a real PrivacyEngine, a small model and data made here, charged to a ledger.
+
+Skipped without Opacus (install ``torch==2.13.0`` first, then ``dpaccount[opacus]``);
+``DPACCOUNT_REQUIRE_ML=1`` (set by ``.ci/run``) turns the skip into a failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("DPACCOUNT_REQUIRE_ML") != "1":
+    pytest.importorskip("opacus", reason="Opacus is not installed (pip install torch==2.13.0 "
+                        '"dpaccount[opacus]")')
+
+import torch
+from opacus import PrivacyEngine
+from torch.utils.data import DataLoader, TensorDataset
+
+from dpaccount.accounting import dpsgd_epsilon
+from dpaccount.errors import ConfigError, LedgerCorruptError, StepRefusedError
+from dpaccount.integrations import TrainingLedger, max_planned_steps
+from dpaccount.integrations.opacus import LedgerAccountant, privacy_engine
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Secure RNG turned off",
+    "ignore::UserWarning:opacus",
+    "ignore:Full backward hook is firing:UserWarning",
+    "ignore::DeprecationWarning",
+    "ignore::FutureWarning",
+)
+
+N, BATCH = 200, 20  # sample rate 1/10: Opacus' DPDataLoader uses 1 / len(loader)
+BUDGET = (2, "1e-5")
+
+
+def _setup(seed: int = 0):  # type: ignore[no-untyped-def]
+    torch.manual_seed(seed)
+    x = torch.randn(N, 5)
+    y = (x[:, 0] > 0).long()
+    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH)
+    model = torch.nn.Linear(5, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, optimizer, loader
+
+
+def _train(model, optimizer, loader, epochs: int) -> int:  # type: ignore[no-untyped-def]
+    steps = 0
+    for _ in range(epochs):
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            steps += 1
+    return steps
+
+
+def _url(tmp_path) -> str:  # type: ignore[no-untyped-def]
+    return "sqlite:///" + os.path.join(str(tmp_path), "run.db")
+
+
+def test_make_private_with_epsilon_calibrates_with_certified_epsilon(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    run = TrainingLedger(_url(tmp_path), name="mnist", budget=BUDGET)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private_with_epsilon(
+        module=module, optimizer=optimizer, data_loader=loader,
+        target_epsilon=2.0, target_delta=1e-5, epochs=3, max_grad_norm=1.0,
+    )
+    sigma = optimizer.noise_multiplier
+    # Opacus' calibration ran through our registered accountant: 30 steps fit.
+    assert dpsgd_epsilon(noise_multiplier=sigma, sampling_rate=0.1, steps=30,
+                         target_delta=1e-5) <= 2.0
+    steps = _train(model, optimizer, loader, epochs=3)
+    assert len(engine.accountant) == steps == 30 == run.steps_taken
+    assert len(run.accountant.records) == 30  # type: ignore[union-attr]
+    eps = engine.get_epsilon(1e-5)
+    assert eps == dpsgd_epsilon(noise_multiplier=sigma, sampling_rate=0.1, steps=30,
+                                target_delta=1e-5)
+    run.close()
+
+
+def test_the_step_over_budget_is_refused_before_it_is_applied(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    run = TrainingLedger(_url(tmp_path), name="r", budget=BUDGET)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private(
+        module=module, optimizer=optimizer, data_loader=loader,
+        noise_multiplier=1.0, max_grad_norm=1.0,
+    )
+    planned = max_planned_steps(noise_multiplier=1.0, sampling_rate=0.1, budget=BUDGET)
+    taken = 0
+    with pytest.raises(StepRefusedError) as refused:
+        for _ in range(100):
+            for x, y in loader:
+                before = [p.detach().clone() for p in model.parameters()]
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                taken += 1
+    assert taken == planned == run.steps_taken == len(engine.accountant)
+    assert refused.value.computed and "discarded, not applied" in str(refused.value)
+    # The refused step changed nothing, and left no noisy gradient to apply later.
+    for p, old in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p.detach(), old)
+        assert p.grad is None
+    run.close()
+
+    # Resume in a "new process": the ledger has every step; nothing more fits.
+    again = TrainingLedger(_url(tmp_path), name="r", budget=BUDGET)
+    engine = privacy_engine(again)
+    module, optimizer, loader = _setup(seed=1)
+    again.start(noise_multiplier=1.0, sampling_rate=0.1)
+    with pytest.raises(ConfigError, match="resume with"):
+        engine.make_private_with_epsilon(
+            module=module, optimizer=optimizer, data_loader=loader, target_epsilon=2.0,
+            target_delta=1e-5, epochs=1, max_grad_norm=1.0,
+        )
+    assert len(engine.accountant) == planned
+    again.close()
+
+
+def test_a_run_resumes_from_the_ledger_after_a_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    run = TrainingLedger(_url(tmp_path), name="r", budget=BUDGET, steps=25)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private(
+        module=module, optimizer=optimizer, data_loader=loader,
+        noise_multiplier=2.0, max_grad_norm=1.0,
+    )
+    _train(model, optimizer, loader, epochs=1)  # 10 steps, then the process "dies"
+    checkpoint = engine.accountant.state_dict()
+    run.close()
+
+    resumed = TrainingLedger(_url(tmp_path), name="r", budget=BUDGET, steps=25)
+    engine = privacy_engine(resumed)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private(
+        module=module, optimizer=optimizer, data_loader=loader,
+        noise_multiplier=2.0, max_grad_norm=1.0,
+    )
+    engine.accountant.load_state_dict(checkpoint)  # a prefix of the ledger: accepted
+    _train(model, optimizer, loader, epochs=1)
+    assert len(engine.accountant) == 20 and resumed.history == [(2.0, 0.1, 20)]
+    with pytest.raises(StepRefusedError):
+        _train(model, optimizer, loader, epochs=1)  # 5 more fit, the 6th does not
+    assert resumed.steps_taken == 25
+    too_long = {"history": [(2.0, 0.1, 40)], "mechanism": "dpaccount"}
+    with pytest.raises(LedgerCorruptError, match="40 steps"):
+        engine.accountant.load_state_dict(too_long)
+    resumed.close()
+
+
+def test_poisson_sampling_is_required(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = privacy_engine(TrainingLedger("memory://", budget=BUDGET))
+    module, optimizer, loader = _setup()
+    with pytest.raises(ConfigError, match="Poisson"):
+        engine.make_private(module=module, optimizer=optimizer, data_loader=loader,
+                            noise_multiplier=1.0, max_grad_norm=1.0, poisson_sampling=False)
+
+
+def test_plain_privacy_engine_accepts_the_registered_name() -> None:
+    engine = PrivacyEngine(accountant="dpaccount")
+    assert isinstance(engine.accountant, LedgerAccountant)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private(
+        module=module, optimizer=optimizer, data_loader=loader,
+        noise_multiplier=1.1, max_grad_norm=1.0,
+    )
+    _train(model, optimizer, loader, epochs=2)
+    assert engine.accountant.history == [(1.1, 0.1, 20)]
+    # Opacus' own PRV accountant on the same steps: an estimate within its error bar.
+    from opacus.accountants import PRVAccountant
+
+    prv = PRVAccountant()
+    prv.history = [(1.1, 0.1, 20)]
+    ours, theirs = engine.get_epsilon(1e-5), prv.get_epsilon(1e-5)
+    assert abs(ours - theirs) / theirs < 0.02
+    with pytest.raises(ConfigError, match="cannot be set"):
+        LedgerAccountant(TrainingLedger("memory://", budget=1)).history = []
