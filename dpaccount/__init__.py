@@ -39,10 +39,12 @@ from dpaccount.errors import (
     InvalidCostError,
     LedgerConflictError,
     LedgerCorruptError,
+    StepRefusedError,
     StorageError,
     UnreleasableResultError,
     UnsupportedChargeError,
 )
+from dpaccount.integrations.training import TrainingLedger
 from dpaccount.ledgers import open_ledger
 from dpaccount.mechanisms import (
     BLRMechanism,
@@ -87,8 +89,10 @@ __all__ = [
     "Relation",
     "Repeated",
     "Scheme",
+    "StepRefusedError",
     "StorageError",
     "Subsampled",
+    "TrainingLedger",
     "UnreleasableResultError",
     "UnsupportedChargeError",
     "__version__",

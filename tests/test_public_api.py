@@ -16,7 +16,7 @@ EXPECTED = {
     "BLRMechanism", "EllipticalGaussianMechanism", "RandomizedResponseMechanism", "aggregates",
     "PrivacyLossDistribution", "calibrate_dpsgd_noise", "DiscreteGaussianCharge",
     "DiscreteLaplaceCharge", "dpsgd_epsilon", "dpsgd_step_charge",
-    "UnreleasableResultError",
+    "UnreleasableResultError", "StepRefusedError", "TrainingLedger",
 }
 
 
