@@ -133,6 +133,69 @@ def _check_tail(value: Any) -> float:
     return tail
 
 
+#: Bits kept by `_Support` when a survival probability's exact denominator grows.
+_SURVIVAL_BITS = 256
+
+
+def _round_down(value: Fraction) -> Fraction:
+    """``value`` rounded down to a multiple of 2^-256 once its denominator is larger."""
+    if value.denominator.bit_length() <= _SURVIVAL_BITS:
+        return value
+    scale = 1 << _SURVIVAL_BITS
+    return Fraction(value.numerator * scale // value.denominator, scale)
+
+
+@attrs.frozen
+class _Support:
+    """Certified facts about the privacy loss of a pair with bounded finite losses.
+
+    Every finite loss is at most ``top`` and P(L = +inf) is at most ``1 - survival``,
+    so delta(eps) <= 1 - survival for eps >= top, and epsilon(delta) <= top for
+    delta >= 1 - survival. Both are exact rationals (rounded toward more privacy loss:
+    ``top`` up, ``survival`` down), so the pure-DP answer at delta = 0 is exact where
+    the grid's floating-point allowances cannot reach it. Under composition the
+    finite losses add and the mass at +inf composes as 1 - prod(1 - m_i) (the losses
+    of a product pair add; Dong, Roth and Su 2019, Thm 3.2; Zhu, Dong and Wang 2022,
+    Thm 10 for adaptive composition).
+    """
+
+    top: Fraction
+    survival: Fraction
+
+    def compose(self, other: _Support) -> _Support:
+        return _Support(self.top + other.top, _round_down(self.survival * other.survival))
+
+    def power(self, count: int) -> _Support:
+        survival, base, k = Fraction(1), self.survival, count
+        while k:
+            if k & 1:
+                survival = _round_down(survival * base)
+            k >>= 1
+            if k:
+                base = _round_down(base * base)
+        return _Support(self.top * count, survival)
+
+    def epsilon_cap(self, delta: Fraction) -> Fraction | None:
+        """``top`` if ``delta`` covers the mass at +inf, else None (no cap)."""
+        return self.top if delta >= 1 - self.survival else None
+
+
+def _compose_support(a: _Support | None, b: _Support | None) -> _Support | None:
+    return None if a is None or b is None else a.compose(b)
+
+
+def _subsampled_tops(e0: float, rate: float) -> tuple[Fraction, Fraction]:
+    """Upper bounds on the largest loss of an e0-DP pair subsampled at ``rate``.
+
+    Remove: ln(1 + q (e^e0 - 1)); add: -ln(1 + q (e^-e0 - 1)) (the two extreme
+    likelihood ratios of the mixture; Balle, Barthe and Gaboardi 2018, Thm 8 for the
+    amplification; both increase with e0 and q, which callers round up).
+    """
+    remove = math.log1p(rate * math.expm1(e0))
+    add = -math.log1p(rate * math.expm1(-e0))
+    return up(remove * (1 + 1e-14), ulps=8), up(add * (1 + 1e-14), ulps=8)
+
+
 @attrs.frozen(eq=False)
 class _Directions:
     """The four discretisations of one privacy loss distribution.
@@ -147,6 +210,8 @@ class _Directions:
     upper_add: DiscretePLD
     lower_remove: DiscretePLD | None
     lower_add: DiscretePLD | None
+    support_remove: _Support | None = None
+    support_add: _Support | None = None
 
     @property
     def symmetric(self) -> bool:
@@ -192,18 +257,26 @@ class PrivacyLossDistribution:
         interval: float,
         tail_mass: float,
         lower: bool = True,
+        support: tuple[_Support | None, _Support | None] = (None, None),
     ) -> PrivacyLossDistribution:
         up_r = from_pair(remove, interval, tail_mass, pessimistic=True)
         low_r = from_pair(remove, interval, tail_mass, pessimistic=False) if lower else None
         if add is None:
-            return cls(_Directions(up_r, up_r, low_r, low_r), interval, tail_mass)
+            directions = _Directions(up_r, up_r, low_r, low_r, support[0], support[0])
+            return cls(directions, interval, tail_mass)
         up_a = from_pair(add, interval, tail_mass, pessimistic=True)
         low_a = from_pair(add, interval, tail_mass, pessimistic=False) if lower else None
-        return cls(_Directions(up_r, up_a, low_r, low_a), interval, tail_mass)
+        return cls(_Directions(up_r, up_a, low_r, low_a, *support), interval, tail_mass)
 
     @classmethod
     def _from_either_order(
-        cls, first: Pair, second: Pair, interval: float, tail_mass: float, lower: bool
+        cls,
+        first: Pair,
+        second: Pair,
+        interval: float,
+        tail_mass: float,
+        lower: bool,
+        support: tuple[_Support | None, _Support | None] = (None, None),
     ) -> PrivacyLossDistribution:
         """One step whose order the analyst may choose: upper bound from both orders.
 
@@ -215,16 +288,22 @@ class PrivacyLossDistribution:
         upper = upper_from_profile(SymmetrisedPair(first, second), interval, tail_mass)
         low_1 = from_pair(first, interval, tail_mass, pessimistic=False) if lower else None
         low_2 = from_pair(second, interval, tail_mass, pessimistic=False) if lower else None
-        return cls(_Directions(upper, upper, low_1, low_2), interval, tail_mass)
+        both = None
+        if support[0] is not None and support[1] is not None:
+            both = _Support(
+                max(support[0].top, support[1].top),
+                min(support[0].survival, support[1].survival),
+            )
+        return cls(_Directions(upper, upper, low_1, low_2, both, both), interval, tail_mass)
 
     @classmethod
     def _subsampled(
         cls, remove: Pair, add: Pair, scheme: Scheme, interval: float, tail: float,
-        lower: bool,
+        lower: bool, support: tuple[_Support | None, _Support | None] = (None, None),
     ) -> PrivacyLossDistribution:
         if scheme is Scheme.WITHOUT_REPLACEMENT:
-            return cls._from_either_order(remove, add, interval, tail, lower)
-        return cls._from_pairs(remove, add, interval, tail, lower)
+            return cls._from_either_order(remove, add, interval, tail, lower, support)
+        return cls._from_pairs(remove, add, interval, tail, lower, support)
 
     @classmethod
     def gaussian(
@@ -284,7 +363,10 @@ class PrivacyLossDistribution:
         rate, the_scheme = _rate(sampling_rate), _scheme(scheme)
         interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
         if rate >= 1:
-            return cls._from_pairs(LaplacePair(e0), None, interval, tail, lower)
+            # Every loss lies in [-e0, e0] (an exact Fraction; the pair uses e0 rounded up).
+            support = _Support(check_positive(sensitivity, "sensitivity") / scale_f, Fraction(1))
+            return cls._from_pairs(LaplacePair(e0), None, interval, tail, lower, (support, None))
+        top_r, top_a = _subsampled_tops(e0, rate)
         return cls._subsampled(
             SubsampledLaplacePair(e0, rate, remove=True),
             SubsampledLaplacePair(e0, rate, remove=False),
@@ -292,6 +374,7 @@ class PrivacyLossDistribution:
             interval,
             tail,
             lower,
+            (_Support(top_r, Fraction(1)), _Support(top_a, Fraction(1))),
         )
 
     @classmethod
@@ -369,7 +452,8 @@ class PrivacyLossDistribution:
         interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
         # A smaller scale only raises the loss: round b down (1/b up).
         pair = DiscreteLaplacePair(float_down(scale_f), int(shift))
-        return cls._from_pairs(pair, None, interval, tail, lower)
+        support = _Support(shift / scale_f, Fraction(1))  # losses lie in [-S/b, S/b]
+        return cls._from_pairs(pair, None, interval, tail, lower, (support, None))
 
     @classmethod
     def from_privacy_parameters(
@@ -392,10 +476,13 @@ class PrivacyLossDistribution:
             >>> float(low) <= 0.46211715726 <= float(high) < 0.4622
             True
         """
-        eps = float_up(check_epsilon(epsilon))
-        dlt = float_up(check_delta(delta))
+        eps_exact, delta_exact = check_epsilon(epsilon), check_delta(delta)
+        eps, dlt = float_up(eps_exact), float_up(delta_exact)
         interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
-        return cls._from_pairs(RandomizedResponsePair(eps, dlt), None, interval, tail, lower)
+        # Finite losses are +-epsilon and the mass at +inf is delta, exactly.
+        support = _Support(eps_exact, 1 - delta_exact)
+        pair = RandomizedResponsePair(eps, dlt)
+        return cls._from_pairs(pair, None, interval, tail, lower, (support, None))
 
     @classmethod
     def from_charge(
@@ -481,8 +568,13 @@ class PrivacyLossDistribution:
             if a.lower_symmetric and b.lower_symmetric
             else _lower_op(a.lower_add, b.lower_add, tail)
         )
+        sup_r = _compose_support(a.support_remove, b.support_remove)
+        sup_a = (
+            sup_r if a.symmetric and b.symmetric
+            else _compose_support(a.support_add, b.support_add)
+        )
         return PrivacyLossDistribution(
-            _Directions(up_r, up_a, low_r, low_a), self.interval, tail
+            _Directions(up_r, up_a, low_r, low_a, sup_r, sup_a), self.interval, tail
         )
 
     def self_compose(self, count: int) -> PrivacyLossDistribution:
@@ -499,15 +591,21 @@ class PrivacyLossDistribution:
             low_a = low_r
         else:
             low_a = None if d.lower_add is None else d.lower_add.self_compose(count, tail)
+        sup_r = None if d.support_remove is None else d.support_remove.power(count)
+        if d.symmetric:
+            sup_a = sup_r
+        else:
+            sup_a = None if d.support_add is None else d.support_add.power(count)
         return PrivacyLossDistribution(
-            _Directions(up_r, up_a, low_r, low_a), self.interval, tail
+            _Directions(up_r, up_a, low_r, low_a, sup_r, sup_a), self.interval, tail
         )
 
     # -- reading ----------------------------------------------------------------
 
-    def _uppers(self) -> tuple[DiscretePLD, ...]:
+    def _uppers(self) -> tuple[tuple[DiscretePLD, _Support | None], ...]:
         d = self._d
-        return (d.upper_remove,) if d.symmetric else (d.upper_remove, d.upper_add)
+        remove = (d.upper_remove, d.support_remove)
+        return (remove,) if d.symmetric else (remove, (d.upper_add, d.support_add))
 
     def _lowers(self) -> tuple[DiscretePLD, ...]:
         d = self._d
@@ -518,15 +616,22 @@ class PrivacyLossDistribution:
         """epsilon(delta) as ``(lower, upper)``; ``upper`` is None if unbounded.
 
         The upper end is the smallest epsilon at which the pessimistic PLD (of both
-        directions) certifies ``delta``, rounded up; the lower end is the optimistic
-        counterpart, rounded down.
+        directions) certifies ``delta``, rounded up, capped by the largest finite loss
+        where that is known and ``delta`` covers the mass at +inf (pure DP: exact at
+        delta = 0); the lower end is the optimistic counterpart, rounded down.
         """
-        target = float_down(check_delta(delta, "delta"))
-        highs = [p.epsilon(target) for p in self._uppers()]
+        exact = check_delta(delta, "delta")
+        target = float_down(exact)
+        upper: Fraction | None = Fraction(0)
+        for pld, support in self._uppers():
+            high = pld.epsilon(target)
+            value = None if math.isinf(high) else up(high)
+            cap = None if support is None else support.epsilon_cap(exact)
+            if cap is not None:
+                value = cap if value is None else min(value, cap)
+            upper = None if value is None or upper is None else max(upper, value)
         lows = [p.epsilon(target) for p in self._lowers()] or [0.0]
-        high = max(highs)
         low = max(lows)
-        upper = None if math.isinf(high) else up(high)
         lower = down(low) if math.isfinite(low) else Fraction(0)
         if upper is not None:
             lower = min(lower, upper)
@@ -535,9 +640,13 @@ class PrivacyLossDistribution:
     def delta(self, epsilon: Any) -> tuple[Fraction, Fraction]:
         """delta(epsilon) as ``(lower, upper)``, exact Fractions, upper rounded up."""
         eps = check_epsilon(epsilon)
-        high = max(p.delta(float_down(eps)) for p in self._uppers())
+        upper = Fraction(0)
+        for pld, support in self._uppers():
+            value = min(up(pld.delta(float_down(eps))), Fraction(1))
+            if support is not None and eps >= support.top:
+                value = min(value, 1 - support.survival)
+            upper = max(upper, value)
         low = max([p.delta(float_up(eps)) for p in self._lowers()] or [0.0])
-        upper = min(up(high), Fraction(1))
         return min(down(low), upper), upper
 
 

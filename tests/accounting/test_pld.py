@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -101,7 +102,9 @@ def kov_delta(eps0: float, delta0: float, k: int, i: int) -> float:
             math.exp((k - ell) * eps0) - math.exp((k - 2 * i + ell) * eps0)
         )
     delta_i = total / (1 + math.exp(eps0)) ** k
-    return 1 - (1 - delta0) ** k * (1 - delta_i)
+    # 1 - (1 - delta0)^k (1 - delta_i), without cancellation in 1 - (1 - delta0)^k
+    lost = float(1 - (1 - Fraction(delta0)) ** k)
+    return lost + (1 - lost) * delta_i
 
 
 @pytest.mark.parametrize(("eps0", "delta0", "k"), [(0.5, 0.0, 5), (0.25, 1e-6, 12), (1.0, 1e-4, 3)])
