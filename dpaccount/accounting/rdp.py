@@ -18,8 +18,9 @@ Values computed here (all in nats, all rounded up by a relative margin):
   expansion at integer orders and by quadrature at fractional ones;
 * Gaussian subsampled without replacement, substitution: Wang, Balle and
   Kasiviswanathan 2019 ("Subsampled Renyi differential privacy and analytical moments
-  accountant", AISTATS), Thm 9, at integer orders; a fractional order uses the next
-  integer (RDP is non-decreasing in the order: van Erven and Harremoes 2014, Thm 3).
+  accountant", AISTATS), Thm 27 of arXiv:1808.00087 (the Gaussian-specific form with
+  forward differences) up to order 256 and Thm 9 above, at integer orders; a fractional
+  order interpolates the convex cumulant between its integer neighbours (their Cor. 10).
 
 Conversion to (epsilon, delta): epsilon = rdp + ln((alpha-1)/alpha)
 - (ln delta + ln alpha) / (alpha - 1) (Canonne, Kamath and Steinke 2020, Prop. 12;
@@ -257,12 +258,65 @@ def subsampled_gaussian_rdp(rate: Any, noise_multiplier: Any, alpha: float) -> f
     return _push(max(log_a, 0.0) / (a - 1))
 
 
+#: Orders up to which the forward-difference bound (WBK 2019, Thm 27) is used; above,
+#: the general Thm 9 (the same cut as TensorFlow Privacy's and dp_accounting's).
+WOR_DIFFERENCE_ORDERS = 256
+
+
+@functools.lru_cache(maxsize=64)
+def _wor_even_differences(s: float, top: int) -> tuple[float, ...]:
+    """ln of upper bounds on the even forward differences Delta^(2m) a at 0, m = 0..top.
+
+    a_j = exp((j - 1) eps(j)) with eps(j) = j / (2 s^2) the Gaussian's RDP, so a_j =
+    E[X^j] for the log-normal X = exp(Z / s - 1 / (2 s^2)), Z ~ N(0, 1), and
+    Delta^(2m) a_0 = E[(X - 1)^(2m)] > 0. The alternating binomial sum cancels heavily
+    (for large s by hundreds of digits), so it is summed in decimal arithmetic at a
+    precision raised until the rigorous bound on its rounding error (every term is
+    within a relative 10^(2 - prec) of its value; decimal's exp is correctly rounded)
+    is below 10^-20 of the result; that bound is then added.
+    """
+    from decimal import Decimal, localcontext
+
+    n = 2 * top
+    digits = 50
+    while True:
+        with localcontext() as ctx:
+            ctx.prec = digits
+            c = Decimal(1) / (2 * Decimal(s) * Decimal(s))
+            powers = [(c * (j * (j - 1))).exp() for j in range(n + 1)]
+            unit = Decimal(10) ** (2 - digits)
+            logs: list[float] = [0.0]  # Delta^0 a_0 = a_0 = 1
+            for m in range(1, top + 1):
+                order = 2 * m
+                total, size = Decimal(0), Decimal(0)
+                for j in range(order + 1):
+                    term = math.comb(order, j) * powers[j]
+                    total = total - term if (order - j) % 2 else total + term
+                    size += term
+                error = size * unit * (order + 4)
+                if total <= 0 or error > total * Decimal("1e-20"):
+                    break
+                logs.append(float((total + error).ln()))
+            else:
+                # the float ln is within an ulp; a relative 1e-15 covers it
+                return tuple(v + abs(v) * 1e-15 + 1e-300 for v in logs)
+        digits *= 2
+
+
 def wor_subsampled_gaussian_rdp(rate: Any, noise_multiplier: Any, alpha: float) -> float:
     """RDP of the Gaussian mechanism on a subsample drawn without replacement.
 
-    Wang, Balle and Kasiviswanathan 2019, Thm 9, for substitution neighbours, with
-    eps(j) = j / (2 s^2) the Gaussian's RDP (s = sigma / substitution sensitivity) and
-    eps(inf) = inf. At a fractional order the next integer order is used.
+    Substitution neighbours, s = sigma / substitution sensitivity, eps(j) = j / (2 s^2)
+    the Gaussian's RDP. For integer orders up to `WOR_DIFFERENCE_ORDERS`: Wang, Balle
+    and Kasiviswanathan 2019 ("Subsampled Renyi differential privacy and analytical
+    moments accountant", AISTATS), Thm 27 of arXiv:1808.00087 (their Gaussian-specific
+    strengthening of Thm 9): the j-th term of the binomial sum is
+    q^j C(alpha, j) min{4 sqrt(Delta^(2 floor(j/2)) a_0 Delta^(2 ceil(j/2)) a_0),
+    2 e^((j-1) eps(j))} for j >= 3 (`_wor_even_differences()`), and
+    q^2 C(alpha, 2) min{4 (e^eps(2) - 1), 2 e^eps(2)} for j = 2. Above that order, their
+    general Thm 9 (j-th term 2 q^j C(alpha, j) e^((j-1) eps(j))). A fractional order
+    interpolates the cumulant (alpha - 1) RDP(alpha), which is convex in alpha,
+    between the neighbouring integers (their Cor. 10), with 0 at alpha = 1.
 
     Examples:
         >>> 0 < wor_subsampled_gaussian_rdp(0.01, 1.0, 2.0) < 1e-3
@@ -271,23 +325,41 @@ def wor_subsampled_gaussian_rdp(rate: Any, noise_multiplier: Any, alpha: float) 
     a = _check_order(alpha)
     g = float_up(check_rate(rate, "sampling_rate"))
     s = float_down(check_positive(noise_multiplier, "noise_multiplier"))
-    n = max(2, math.ceil(a))
     if g >= 1:
-        return _push(n / (2 * s * s))
+        return _push(a / (2 * s * s))
+    if a.is_integer():
+        return _push(_wor_log_a(g, s, int(a)) / (a - 1))
+    low, high = math.floor(a), math.ceil(a)
+    t = a - low
+    cumulant_low = _wor_log_a(g, s, low) if low >= 2 else 0.0
+    value = ((1 - t) * cumulant_low + t * _wor_log_a(g, s, high)) / (a - 1)
+    return _push(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _wor_log_a(g: float, s: float, n: int) -> float:
+    """ln of the bound on E[(P/Q)^n] at integer order n >= 2 (see the caller)."""
 
     def eps(j: int) -> float:
         return j / (2 * s * s)
 
-    log_terms = [0.0]
-    # j = 2: gamma^2 C(n,2) min{4(e^{eps(2)} - 1), 2 e^{eps(2)}}
     e2 = eps(2)
+    terms = [0.0]
+    # j = 2: gamma^2 C(n,2) min{4(e^{eps(2)} - 1), 2 e^{eps(2)}}
     two = min(math.log(4) + math.log(math.expm1(e2)), math.log(2) + e2)
-    log_terms.append(2 * math.log(g) + math.log(n * (n - 1) / 2) + two)
+    terms.append(2 * math.log(g) + math.log(n * (n - 1) / 2) + two)
+    diffs = _wor_even_differences(s, (n + 1) // 2) if n <= WOR_DIFFERENCE_ORDERS else None
+    log_g = math.log(g)
     for j in range(3, n + 1):
-        log_binom = special.gammaln(n + 1) - special.gammaln(j + 1) - special.gammaln(n - j + 1)
-        log_terms.append(j * math.log(g) + float(log_binom) + (j - 1) * eps(j) + math.log(2))
-    value = float(special.logsumexp(log_terms)) / (n - 1)
-    return _push(value)
+        log_binom = float(
+            special.gammaln(n + 1) - special.gammaln(j + 1) - special.gammaln(n - j + 1)
+        )
+        general = math.log(2) + (j - 1) * eps(j)
+        if diffs is not None:
+            forward = math.log(4) + 0.5 * (diffs[j // 2] + diffs[(j + 1) // 2])
+            general = min(general, forward)
+        terms.append(j * log_g + log_binom + general)
+    return float(special.logsumexp(terms))
 
 
 #: Integer orders of the fast DP-SGD path (`sgm_epsilon`): every order up to 64, then

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 
+import mpmath
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from scipy import integrate, optimize, stats
 from dpaccount.accounting.rdp import (
     GDPFilterRule,
     RDPRule,
+    _wor_even_differences,
     gaussian_rdp,
     gaussian_zcdp,
     gdp_epsilon,
@@ -98,8 +100,72 @@ def test_wor_gaussian_theorem9_at_order_two() -> None:
     e2 = 1 / s**2
     exact = math.log1p(g * g * min(4 * math.expm1(e2), 2 * math.exp(e2)))
     assert exact <= wor_subsampled_gaussian_rdp(g, s, 2.0) <= exact * (1 + 1e-8)
-    # fractional orders use the next integer (RDP is non-decreasing in the order)
-    assert wor_subsampled_gaussian_rdp(g, s, 2.5) == wor_subsampled_gaussian_rdp(g, s, 3.0)
+
+
+def _wor_cumulant_order3(g: float, s: float) -> mpmath.mpf:
+    """ln A_3 of WBK 2019 Thm 27 in closed form, at 40 digits: the j = 3 term uses
+    Delta^2 a_0 = e^{2c} - 1 and Delta^4 a_0 = 1 - 4 + 6 e^{2c} - 4 e^{6c} + e^{12c}
+    (c = 1 / (2 s^2), a_j = e^{c j (j - 1)})."""
+    mpmath.mp.dps = 40
+    g, c = mpmath.mpf(g), 1 / (2 * mpmath.mpf(s) ** 2)
+    e = mpmath.e
+    d2 = e ** (2 * c) - 1
+    d4 = 1 - 4 + 6 * e ** (2 * c) - 4 * e ** (6 * c) + e ** (12 * c)
+    two = g**2 * 3 * min(4 * (e ** (2 * c) - 1), 2 * e ** (2 * c))
+    three = g**3 * min(4 * mpmath.sqrt(d2 * d4), 2 * e ** (2 * 3 * c))
+    return mpmath.log(1 + two + three)
+
+
+@pytest.mark.parametrize(("g", "s"), [(0.01, 2.5), (0.2, 0.7), (0.05, 8.0)])
+def test_wor_gaussian_theorem27_closed_form_at_order_three(g: float, s: float) -> None:
+    exact = float(_wor_cumulant_order3(g, s)) / 2
+    got = wor_subsampled_gaussian_rdp(g, s, 3.0)
+    assert exact <= got <= exact * (1 + 1e-8)
+    # a fractional order interpolates the cumulant (WBK 2019, Cor. 10)
+    k2 = wor_subsampled_gaussian_rdp(g, s, 2.0)
+    interpolated = (0.5 * k2 + 0.5 * 2 * exact) / 1.5
+    assert interpolated <= wor_subsampled_gaussian_rdp(g, s, 2.5) <= interpolated * (1 + 1e-8)
+
+
+@pytest.mark.parametrize("s", [0.6, 2.5, 30.0])
+def test_wor_even_differences_match_the_lognormal_moments(s: float) -> None:
+    # Delta^(2m) a_0 = E[(X - 1)^(2m)], X = exp(Z / s - 1 / (2 s^2)): a second method
+    # (mpmath quadrature of a non-negative integrand), independent of the decimal sums.
+    mpmath.mp.dps = 30
+    logs = _wor_even_differences(s, 6)
+    for m in range(1, 7):
+        moment = mpmath.quad(
+            lambda z, m=m: (mpmath.e ** (z / s - 1 / (2 * s * s)) - 1) ** (2 * m)
+            * mpmath.npdf(z),
+            [-mpmath.inf, -5, 0, 5, 10 * s + 5, mpmath.inf],
+        )
+        assert float(mpmath.log(moment)) <= logs[m] <= float(mpmath.log(moment)) + 1e-12
+
+
+@pytest.mark.parametrize(("g", "s"), [(0.05, 1.0), (0.3, 2.0)])
+@pytest.mark.parametrize("alpha", [2.0, 3.0, 5.5, 12.0])
+def test_wor_gaussian_bound_dominates_both_orders(g: float, s: float, alpha: float) -> None:
+    # A necessary check: one pair of neighbouring datasets realises both orders of the
+    # subsampled pair; the bound must cover each order's Renyi divergence (quadrature).
+    def mix(x: float) -> float:
+        return (1 - g) * stats.norm.pdf(x, 0, s) + g * stats.norm.pdf(x, 1, s)
+
+    def base(x: float) -> float:
+        return float(stats.norm.pdf(x, 0, s))
+
+    bound = wor_subsampled_gaussian_rdp(g, s, alpha)
+    lo, hi = -12 * s, 12 * s + 1
+    assert renyi(mix, base, alpha, lo, hi) <= bound
+    assert renyi(base, mix, alpha, lo, hi) <= bound
+
+
+def test_wor_gaussian_short_run_is_tight() -> None:
+    # The issue's case (q = 0.01, sigma = 2.5, 50 steps, delta = 1e-5): Thm 9 alone gave
+    # 0.285; Thm 27 gives 0.2296 (dp_accounting 0.6's RDP accountant: 0.229595).
+    charge = Subsampled(GaussianCharge(2.5, 1, 1), "0.01", Scheme.WITHOUT_REPLACEMENT)
+    rule = RDPRule("1e-5", adaptive=False, plan=[(charge, 50)], relation="substitution")
+    state = rule.add(rule.start(), charge, 50)
+    assert 0.2295 < rule.total(state).epsilon < 0.2297
 
 
 def test_conversion_is_the_improved_formula() -> None:
