@@ -20,11 +20,13 @@ from dpaccount.accounting import (
     dpsgd_step_charge,
 )
 from dpaccount.charges import (
+    BoundedRangeCharge,
     DiscreteGaussianCharge,
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
     Parallel,
+    RandomizedResponseCharge,
     Relation,
     Repeated,
     Scheme,
@@ -63,6 +65,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Accountant",
     "BLRMechanism",
+    "BoundedRangeCharge",
     "Budget",
     "BudgetExceededError",
     "ConfigError",
@@ -85,6 +88,7 @@ __all__ = [
     "PrivacyCost",
     "PrivacyLossDistribution",
     "RandomSource",
+    "RandomizedResponseCharge",
     "RandomizedResponseMechanism",
     "Relation",
     "Repeated",

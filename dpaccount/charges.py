@@ -40,12 +40,14 @@ from dpaccount.errors import InvalidCostError, UnsupportedChargeError
 
 __all__ = [
     "Atom",
+    "BoundedRangeCharge",
     "Charge",
     "DiscreteGaussianCharge",
     "DiscreteLaplaceCharge",
     "GaussianCharge",
     "LaplaceCharge",
     "Parallel",
+    "RandomizedResponseCharge",
     "Relation",
     "Repeated",
     "Scheme",
@@ -103,6 +105,10 @@ def _lattice_steps(value: Any) -> Fraction:
             "sensitivity", value, "must be a positive integer number of lattice steps"
         )
     return steps
+
+
+def _categories(value: Any) -> int:
+    return check_count(value, "categories", minimum=2)
 
 
 def _partitions(value: Iterable[Charge]) -> tuple[Charge, ...]:
@@ -260,6 +266,67 @@ class DiscreteGaussianCharge:
 
 
 @attrs.frozen
+class RandomizedResponseCharge:
+    """One k-ary randomized response report whose likelihood ratio is at most e^epsilon.
+
+    The report keeps the true category with probability p = e^eps / (e^eps + k - 1) and
+    is each other category with probability q = 1 / (e^eps + k - 1) (the k-RR of Kairouz,
+    Oh and Viswanath 2016, "Extremal mechanisms for local differential privacy", JMLR).
+    Between two different true values the privacy loss is +eps (the first value's
+    category), -eps (the second's) or 0 (any other), with masses p, q and (k - 2) q,
+    the same for every pair of values, so the PLD and RDP engines use this three-point
+    distribution exactly. Its (epsilon, delta) guarantee is pure epsilon (Dwork and Roth
+    2014, Def. 2.4). A k-RR with a smaller ratio is a post-processing of this one (apply
+    another k-RR to the report), so an epsilon rounded up stays a valid description.
+    Like a `PrivacyCost`, it states no neighbouring relation of its own.
+
+    Examples:
+        >>> RandomizedResponseCharge(1, categories=4).cost
+        PrivacyCost(epsilon=1, delta=0)
+    """
+
+    epsilon: Fraction = attrs.field(converter=check_epsilon)
+    categories: int = attrs.field(default=2, converter=_categories)
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The pure (epsilon, 0) guarantee of one report."""
+        return _trusted(self.epsilon, Fraction(0))
+
+
+@attrs.frozen
+class BoundedRangeCharge:
+    """One run of an epsilon-bounded-range mechanism, such as the exponential mechanism.
+
+    M is epsilon-bounded range (epsilon-BR) if for all neighbours x, x' and outputs y,
+    y' the privacy losses differ by at most epsilon: ln(P[y|x] / P[y|x']) -
+    ln(P[y'|x] / P[y'|x']) <= epsilon (Durfee and Rogers 2019, "Practical differentially
+    private top-k selection with pay-what-you-get composition", NeurIPS). The
+    exponential mechanism with weights exp(epsilon u / (2 Δ)) is epsilon-BR, and so is the
+    monotone one with exp(epsilon u / Δ) (ibid.). Every epsilon-BR pair is a
+    post-processing of a generalised randomized response whose losses are t and
+    t - epsilon for some t in [0, epsilon] (Dong, Durfee and Rogers 2020, "Optimal
+    differential privacy composition for exponential mechanisms", ICML, Sec. 4), which
+    the PLD and RDP engines use; it is epsilon-DP, so its (epsilon, delta) guarantee is
+    pure epsilon, but composes much better: its KL divergence is at most 0.1233 at
+    epsilon = 1 where an epsilon-DP pair's reaches 0.4621 (Cesar and Rogers 2021,
+    "Bounding, concentrating, and truncating", ALT). It states no neighbouring relation
+    of its own.
+
+    Examples:
+        >>> BoundedRangeCharge("0.5").cost
+        PrivacyCost(epsilon=0.5, delta=0)
+    """
+
+    epsilon: Fraction = attrs.field(converter=check_epsilon)
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The pure (epsilon, 0) guarantee of one run."""
+        return _trusted(self.epsilon, Fraction(0))
+
+
+@attrs.frozen
 class Subsampled:
     """A charge run on a random subsample of the data (privacy amplification).
 
@@ -368,6 +435,8 @@ Atom: TypeAlias = (
     | GaussianCharge
     | DiscreteLaplaceCharge
     | DiscreteGaussianCharge
+    | RandomizedResponseCharge
+    | BoundedRangeCharge
     | Subsampled
     | Parallel
 )
@@ -380,6 +449,8 @@ _CHARGE_TYPES = (
     GaussianCharge,
     DiscreteLaplaceCharge,
     DiscreteGaussianCharge,
+    RandomizedResponseCharge,
+    BoundedRangeCharge,
     Subsampled,
     Parallel,
     Repeated,
@@ -521,6 +592,10 @@ def describe(charge: Charge) -> str:
         return f"discrete Laplace(b={f(charge.scale)}, S={f(charge.sensitivity)})"
     if isinstance(charge, DiscreteGaussianCharge):
         return f"discrete Gaussian(sigma={f(charge.sigma)}, S={f(charge.sensitivity)})"
+    if isinstance(charge, RandomizedResponseCharge):
+        return f"{charge.categories}-ary randomized response(ε={f(charge.epsilon)})"
+    if isinstance(charge, BoundedRangeCharge):
+        return f"bounded range(ε={f(charge.epsilon)})"
     if isinstance(charge, Subsampled):
         return f"{charge.scheme.value}(q={f(charge.rate)}) of {describe(charge.charge)}"
     if isinstance(charge, Parallel):

@@ -19,12 +19,14 @@ import attrs
 import pydantic
 
 from dpaccount.charges import (
+    BoundedRangeCharge,
     Charge,
     DiscreteGaussianCharge,
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
     Parallel,
+    RandomizedResponseCharge,
     Relation,
     Repeated,
     Scheme,
@@ -138,6 +140,21 @@ class DiscreteGaussianModel(_Strict):
     dimension: int = pydantic.Field(default=1, ge=1)
 
 
+class RandomizedResponseModel(_Strict):
+    """Serialised `RandomizedResponseCharge`."""
+
+    kind: Literal["randomized_response"] = "randomized_response"
+    epsilon: Exact
+    categories: int = pydantic.Field(ge=2)
+
+
+class BoundedRangeModel(_Strict):
+    """Serialised `BoundedRangeCharge`."""
+
+    kind: Literal["bounded_range"] = "bounded_range"
+    epsilon: Exact
+
+
 class SubsampledModel(_Strict):
     """Serialised `Subsampled`."""
 
@@ -169,6 +186,8 @@ ChargeModel = Annotated[
     | GaussianModel
     | DiscreteLaplaceModel
     | DiscreteGaussianModel
+    | RandomizedResponseModel
+    | BoundedRangeModel
     | SubsampledModel
     | ParallelModel
     | RepeatedModel,
@@ -266,6 +285,12 @@ def encode_charge(charge: Charge) -> ChargeModel:
             delta=_frac(charge.delta),
             dimension=charge.dimension,
         )
+    if isinstance(charge, RandomizedResponseCharge):
+        return RandomizedResponseModel(
+            epsilon=_frac(charge.epsilon), categories=charge.categories
+        )
+    if isinstance(charge, BoundedRangeCharge):
+        return BoundedRangeModel(epsilon=_frac(charge.epsilon))
     if isinstance(charge, Subsampled):
         return SubsampledModel(
             charge=encode_charge(charge.charge), rate=_frac(charge.rate), scheme=charge.scheme
@@ -301,6 +326,10 @@ def decode_charge(model: ChargeModel) -> Charge:
             _unfrac(model.delta),
             model.dimension,
         )
+    if isinstance(model, RandomizedResponseModel):
+        return RandomizedResponseCharge(_unfrac(model.epsilon), model.categories)
+    if isinstance(model, BoundedRangeModel):
+        return BoundedRangeCharge(_unfrac(model.epsilon))
     if isinstance(model, SubsampledModel):
         return Subsampled(decode_charge(model.charge), _unfrac(model.rate), model.scheme)
     if isinstance(model, ParallelModel):

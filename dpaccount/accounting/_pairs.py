@@ -42,9 +42,11 @@ Array = npt.NDArray[np.float64]
 __all__ = [
     "MAX_DISCRETE_TERMS",
     "Array",
+    "BoundedRangePair",
     "DiscreteGaussianPair",
     "DiscreteLaplacePair",
     "GaussianPair",
+    "KaryRandomizedResponsePair",
     "LaplacePair",
     "Pair",
     "RandomizedResponsePair",
@@ -163,6 +165,87 @@ class RandomizedResponsePair:
         e = self.epsilon
         out = np.where(t <= e, self._high, 0.0) + np.where(t <= -e, self._low, 0.0)
         return np.asarray(out, dtype=np.float64)
+
+    def loss_range(self, tail: float) -> tuple[float, float]:
+        return -self.epsilon, self.epsilon
+
+
+class KaryRandomizedResponsePair:
+    """k-ary randomized response with ratio e^eps, between two different true values.
+
+    P puts p = 1 / (1 + (k-1) e^-eps) on loss eps, (k-2) q on 0 and q = e^-eps p on
+    -eps (Kairouz, Oh and Viswanath 2016, k-RR); the same for every pair of values and
+    for both orders, so it is symmetric. For k = 2 it is `RandomizedResponsePair`
+    with delta = 0.
+    """
+
+    infinity_mass = 0.0
+
+    def __init__(self, epsilon: float, k: int) -> None:
+        self.epsilon = epsilon
+        self._high = 1.0 / (1.0 + (k - 1) * math.exp(-epsilon))
+        self._low = math.exp(-epsilon) * self._high
+        self._zero = (k - 2) * self._low
+
+    def profile(self, eps: Array) -> Array:
+        e = self.epsilon
+        lost = [
+            (self._high, e), (self._zero, 0.0), (self._low, -e),
+        ]
+        out = np.zeros_like(np.asarray(eps, dtype=np.float64))
+        for mass, loss in lost:
+            out = out + mass * np.maximum(-np.expm1(np.minimum(eps - loss, 0.0)), 0.0)
+        return np.asarray(out, dtype=np.float64)
+
+    def sf(self, t: Array) -> Array:
+        e = self.epsilon
+        out = (
+            np.where(t <= e, self._high, 0.0)
+            + np.where(t <= 0, self._zero, 0.0)
+            + np.where(t <= -e, self._low, 0.0)
+        )
+        return np.asarray(out, dtype=np.float64)
+
+    def loss_range(self, tail: float) -> tuple[float, float]:
+        return -self.epsilon, self.epsilon
+
+
+class BoundedRangePair:
+    """A pair dominating every epsilon-bounded-range pair, in both orders (upper only).
+
+    Every epsilon-BR pair is a post-processing of the generalised randomized response
+    R_t whose losses are t (mass p_t = (e^eps - e^t) / (e^eps - 1)) and t - eps, for
+    some t in [0, eps] (Dong, Durfee and Rogers 2020, Sec. 4); the swapped pair is
+    R_(eps - t). The pointwise maximum of the R_t's profiles is, for 0 <= x < eps,
+    max_t p_t (1 - e^(x - t)) = (e^(eps/2) - e^(x/2))^2 / (e^eps - 1), attained at
+    t = (eps + x) / 2 (with u = e^t the objective (e^eps - u)(1 - e^x / u) / (e^eps - 1)
+    is maximal at u = e^((eps + x)/2); derived here), 0 for x >= eps, and for x < 0
+    the profile identity delta(x) = 1 - e^x + e^x delta_swapped(-x) gives
+    -expm1(x) + expm1((eps + x)/2)^2 / expm1(eps) on (-eps, 0) and 1 - e^x below. The
+    maximum of convex, non-increasing profiles (in e^x) is one, so its connect-the-dots
+    discretisation dominates every R_t and so the mechanism at every step, also when the
+    analyst chooses neighbours and t adaptively (Zhu, Dong and Wang 2022, Thm 10; the
+    argument of `SymmetrisedPair`). At x = 0 it is tanh(eps / 4), against
+    tanh(eps / 2) for a generic eps-DP pair.
+    """
+
+    infinity_mass = 0.0
+
+    def __init__(self, epsilon: float) -> None:
+        self.epsilon = epsilon
+        self._scale = math.expm1(epsilon)
+
+    def profile(self, eps: Array) -> Array:
+        e = self.epsilon
+        x = np.asarray(eps, dtype=np.float64)
+        above = np.clip(x, 0.0, e)
+        upper = np.exp(above) * np.expm1((e - above) / 2) ** 2 / self._scale
+        below = np.clip(x, -e, 0.0)
+        middle = -np.expm1(below) + np.expm1((e + below) / 2) ** 2 / self._scale
+        out = np.where(
+            x >= e, 0.0, np.where(x >= 0, upper, np.where(x > -e, middle, -np.expm1(x)))
+        )
+        return np.asarray(np.clip(out, 0.0, 1.0), dtype=np.float64)
 
     def loss_range(self, tail: float) -> tuple[float, float]:
         return -self.epsilon, self.epsilon

@@ -60,6 +60,7 @@ from typing import Any
 import attrs
 
 from dpaccount._numeric import (
+    check_count,
     check_delta,
     check_epsilon,
     check_positive,
@@ -72,9 +73,11 @@ from dpaccount._numeric import (
 from dpaccount.accounting._discrete import DiscretePLD, from_pair, upper_from_profile
 from dpaccount.accounting._pairs import (
     MAX_DISCRETE_TERMS,
+    BoundedRangePair,
     DiscreteGaussianPair,
     DiscreteLaplacePair,
     GaussianPair,
+    KaryRandomizedResponsePair,
     LaplacePair,
     Pair,
     RandomizedResponsePair,
@@ -86,12 +89,14 @@ from dpaccount.accounting._plans import DeclaredPlan
 from dpaccount.charges import (
     SCHEME_RELATION,
     Atom,
+    BoundedRangeCharge,
     Charge,
     DiscreteGaussianCharge,
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
     Parallel,
+    RandomizedResponseCharge,
     Relation,
     Repeated,
     Scheme,
@@ -485,6 +490,68 @@ class PrivacyLossDistribution:
         return cls._from_pairs(pair, None, interval, tail, lower, (support, None))
 
     @classmethod
+    def randomized_response(
+        cls,
+        epsilon: Any,
+        categories: int = 2,
+        *,
+        value_discretization_interval: Any = DEFAULT_INTERVAL,
+        tail_mass: Any = DEFAULT_TAIL_MASS,
+        lower: bool = True,
+    ) -> PrivacyLossDistribution:
+        """The exact PLD of one k-ary randomized response report with ratio e^epsilon.
+
+        Losses +eps, 0 and -eps with masses p, (k-2) q and q (see
+        `KaryRandomizedResponsePair`); symmetric.
+
+        Examples:
+            >>> pld = PrivacyLossDistribution.randomized_response(
+            ...     math.log(17), 4, value_discretization_interval=1e-3)
+            >>> low, high = pld.delta(0)     # (e^eps - 1) / (e^eps + k - 1) = 16 / 20
+            >>> float(low) <= 0.8 <= float(high) < 0.80001
+            True
+        """
+        eps = check_epsilon(epsilon)
+        k = check_count(categories, "categories", minimum=2)
+        interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
+        pair = KaryRandomizedResponsePair(float_up(eps), k)
+        support = _Support(eps, Fraction(1))
+        return cls._from_pairs(pair, None, interval, tail, lower, (support, None))
+
+    @classmethod
+    def bounded_range(
+        cls,
+        epsilon: Any,
+        *,
+        value_discretization_interval: Any = DEFAULT_INTERVAL,
+        tail_mass: Any = DEFAULT_TAIL_MASS,
+        lower: bool = True,
+    ) -> PrivacyLossDistribution:
+        """A PLD dominating every epsilon-bounded-range mechanism (the exponential mechanism).
+
+        The upper end discretises the maximum of the profiles of all epsilon-BR pairs
+        (`BoundedRangePair`; Dong, Durfee and Rogers 2020, Sec. 4), which is valid for
+        adaptive composition; the lower end is the randomized response of epsilon / 2,
+        the epsilon-BR pair with t = epsilon / 2 (an exponential mechanism over two
+        candidates attains it).
+
+        Examples:
+            >>> pld = PrivacyLossDistribution.bounded_range(1, value_discretization_interval=1e-3)
+            >>> low, high = pld.delta(0)     # tanh(1/4) = 0.244919; an eps-DP pair: 0.462117
+            >>> float(low) <= math.tanh(0.25) <= float(high) < 0.24492
+            True
+        """
+        eps = check_epsilon(epsilon)
+        interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
+        upper = upper_from_profile(BoundedRangePair(float_up(eps)), interval, tail)
+        low = None
+        if lower:
+            half = RandomizedResponsePair(float_down(eps / 2), 0.0)
+            low = from_pair(half, interval, tail, pessimistic=False)
+        support = _Support(eps, Fraction(1))
+        return cls(_Directions(upper, upper, low, low, support, support), interval, tail)
+
+    @classmethod
     def from_charge(
         cls,
         charge: Atom,
@@ -536,6 +603,10 @@ class PrivacyLossDistribution:
             return cls.gaussian(charge.sigma, charge.sensitivity, **options)
         if isinstance(charge, LaplaceCharge):
             return cls.laplace(charge.scale, charge.sensitivity, **options)
+        if isinstance(charge, RandomizedResponseCharge):
+            return cls.randomized_response(charge.epsilon, charge.categories, **options)
+        if isinstance(charge, BoundedRangeCharge):
+            return cls.bounded_range(charge.epsilon, **options)
         if isinstance(charge, DiscreteLaplaceCharge) and charge.dimension == 1:
             return cls.discrete_laplace(charge.scale, charge.sensitivity, **options)
         if (
@@ -743,6 +814,8 @@ _SINGLE_CHARGES = (
     GaussianCharge,
     DiscreteLaplaceCharge,
     DiscreteGaussianCharge,
+    RandomizedResponseCharge,
+    BoundedRangeCharge,
     Subsampled,
     Parallel,
 )

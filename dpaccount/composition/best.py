@@ -7,7 +7,8 @@ tightest *among those proven for the declared adaptivity*:
 |---|---|
 | ``FULLY_ADAPTIVE`` | basic, filter |
 | ``ADAPTIVE_MECHANISMS`` or ``FIXED_PLAN``, with a plan | basic, filter, advanced, |
-| | heterogeneous, optimal |
+| | heterogeneous, optimal, pld |
+| the same, with a plan of mechanism charges | pld, rdp (on the declared plan) |
 
 Switching rules in the middle of a ledger is not covered by any of the theorems, so the
 choice is made from the declared plan (or, for fully adaptive use without one, from the
@@ -157,6 +158,19 @@ def _tight_filters(runs: list[tuple[Any, int]], budget: Budget, relation: Relati
     return rules
 
 
+def _plan_engines(plan: Any, budget: Budget, relation: Relation) -> list[Rule[Any]]:
+    """The tight engines for a declared plan of charges: the PLD engine, then the Renyi
+    engine on the same plan (for bounded-range charges its per-order maximum over the
+    pairs composes tighter than the PLD's single dominating pair)."""
+    from dpaccount.accounting.pld import PLDRule
+    from dpaccount.accounting.rdp import RDPRule
+
+    rules: list[Rule[Any]] = [PLDRule(plan=plan, budget=budget, relation=relation)]
+    with contextlib.suppress(ConfigError, InvalidCostError, UnsupportedChargeError):
+        rules.append(RDPRule(budget=budget, plan=plan, adaptive=False, relation=relation))
+    return rules
+
+
 def _charge_runs(plan: Any) -> list[tuple[Any, int]] | None:
     """The plan as ``(atom, count)`` runs if it holds charges other than PrivacyCost."""
     if plan is None:
@@ -237,9 +251,8 @@ def best_rule(
         # (epsilon, delta) costs: the PLD engine reads it as a declared plan; for fully
         # adaptive use it is a forecast for choosing among the filters.
         if level is not Adaptivity.FULLY_ADAPTIVE:
-            from dpaccount.accounting.pld import PLDRule
-
-            return PLDRule(plan=plan, budget=the_budget, relation=the_relation)
+            return _choose(_plan_engines(plan, the_budget, the_relation), charge_runs,
+                           the_budget)
         rules = _candidates(level, None, the_budget, the_relation)
         return _choose(rules + _tight_filters(charge_runs, the_budget, the_relation),
                        charge_runs, the_budget)

@@ -7,7 +7,11 @@ which is epsilon-DP (McSherry and Talwar 2007, Thm 6; Dwork and Roth 2014, Thm 3
 When every utility moves in the same direction between neighbours (``monotonic=True``,
 e.g. counts under add/remove), the factor 2 can be dropped: exp(epsilon u_i /
 sensitivity) is epsilon-DP (Dwork and Roth 2014, remark after Thm 3.10; McSherry and
-Talwar 2007). Either way it is one mechanism with fixed parameters.
+Talwar 2007). Either way it is one mechanism with fixed parameters, and
+epsilon-*bounded range* (the privacy losses of any two outputs differ by at most
+epsilon; Durfee and Rogers 2019): its charge is a `BoundedRangeCharge`, whose cost is
+``PrivacyCost(epsilon)`` but which the PLD and RDP engines compose through the
+bounded-range pairs (Dong, Durfee and Rogers 2020), far tighter than generic epsilon-DP.
 
 Sampling. Float weights (or the Gumbel-max trick with float noise) only approximate
 this distribution. Here the utilities are taken at their exact (binary) values, and the
@@ -32,7 +36,7 @@ import numpy.typing as npt
 from scipy import special
 
 from dpaccount._numeric import check_positive, to_fraction
-from dpaccount.costs import PrivacyCost
+from dpaccount.charges import BoundedRangeCharge
 from dpaccount.errors import InvalidCostError, unreleasable
 from dpaccount.mechanisms._sampling import RandomSource, resolve_rng, sample_bernoulli_exp
 from dpaccount.mechanisms.base import Mechanism
@@ -83,6 +87,8 @@ class ExponentialMechanism(Mechanism):
         >>> from dpaccount.mechanisms._sampling import RandomSource
         >>> m = ExponentialMechanism(1, 1, rng=RandomSource.seeded(0))
         >>> m.charge
+        BoundedRangeCharge(epsilon=Fraction(1, 1))
+        >>> m.charge.cost
         PrivacyCost(epsilon=1, delta=0)
         >>> m.release([0.0, 10.0, 0.0]) in (0, 1, 2)
         True
@@ -108,11 +114,19 @@ class ExponentialMechanism(Mechanism):
         factor = 1 if monotonic else 2
         self._coefficient = self._epsilon / (factor * self._sensitivity)
         self._rng: RandomSource = resolve_rng(rng)
-        self._charge = PrivacyCost(self._epsilon)
+        self._charge = BoundedRangeCharge(self._epsilon)
 
     @property
-    def charge(self) -> PrivacyCost:
-        """``PrivacyCost(epsilon)``."""
+    def charge(self) -> BoundedRangeCharge:
+        """``BoundedRangeCharge(epsilon)``: epsilon-DP, and epsilon-bounded range.
+
+        With weights exp(c u), c = epsilon / (2 Δ), the log-ratio of an output's
+        probabilities between neighbours is c (u(x, y) - u(x', y)) minus a constant, and
+        u(x, y) - u(x', y) lies in [-Δ, Δ], so two outputs' losses differ by at most
+        2 c Δ = epsilon; with ``monotonic`` (c = epsilon / Δ) the differences all have one
+        sign and lie in an interval of length Δ, so again at most epsilon (Durfee and
+        Rogers 2019).
+        """
         return self._charge
 
     @property

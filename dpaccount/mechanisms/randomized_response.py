@@ -52,7 +52,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpaccount._numeric import check_count, check_positive, float_down, to_fraction, up
-from dpaccount.costs import PrivacyCost
+from dpaccount.charges import RandomizedResponseCharge
 from dpaccount.errors import InvalidCostError, unreleasable
 from dpaccount.mechanisms._sampling import RandomSource, resolve_rng
 from dpaccount.mechanisms.base import Mechanism
@@ -123,7 +123,7 @@ class RandomizedResponseMechanism(Mechanism):
         k = check_count(categories, "categories", minimum=2)
         ratio = rational_exp_below(eps)
         self._setup(ratio / (ratio + k - 1), k, rng)
-        self._charge = PrivacyCost(min(self._epsilon, eps))
+        self._charge = RandomizedResponseCharge(min(self._epsilon, eps), k)
 
     @classmethod
     def from_keep_probability(
@@ -146,7 +146,7 @@ class RandomizedResponseMechanism(Mechanism):
             )
         self = cls.__new__(cls)
         self._setup(p, k, rng)
-        self._charge = PrivacyCost(self._epsilon)
+        self._charge = RandomizedResponseCharge(self._epsilon, k)
         return self
 
     def _setup(self, keep: Fraction, k: int, rng: Any) -> None:
@@ -163,8 +163,10 @@ class RandomizedResponseMechanism(Mechanism):
         self._rng: RandomSource = resolve_rng(rng)
 
     @property
-    def charge(self) -> PrivacyCost:
-        """``PrivacyCost(ln r)`` for the exact ratio r = p / q implemented (rounded up)."""
+    def charge(self) -> RandomizedResponseCharge:
+        """``RandomizedResponseCharge(ln r, k)`` for the exact ratio r = p / q implemented
+        (ln r rounded up; its cost is ``PrivacyCost(ln r)``). The tight engines use the
+        exact k-ary pair: losses +-ln r and 0, with masses p, q and (k - 2) q."""
         return self._charge
 
     @property

@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 
 from dpaccount import Accountant, Budget
 from dpaccount.charges import (
+    BoundedRangeCharge,
     GaussianCharge,
     LaplaceCharge,
     Parallel,
+    RandomizedResponseCharge,
     Relation,
     Repeated,
     Subsampled,
@@ -57,6 +59,8 @@ leaves = st.sampled_from([
     PrivacyCost("0.01", "1e-9"),
     LaplaceCharge(scale=100, sensitivity=1),
     GaussianCharge(sigma=50, sensitivity=1, epsilon="0.1"),
+    RandomizedResponseCharge("0.05", categories=3),
+    BoundedRangeCharge("0.05"),
 ])
 
 

@@ -307,7 +307,7 @@ def test_exponential_probabilities_and_coefficients() -> None:
     # log space: huge utilities do not overflow
     p = m.probabilities([1e6, 1e6 + 4.0])
     assert p == pytest.approx([1 / (1 + math.e), math.e / (1 + math.e)], rel=1e-9)
-    assert m.charge == PrivacyCost(2)
+    assert m.charge.cost == PrivacyCost(2)
 
 
 @pytest.mark.parametrize("bad", [[], [float("nan")], [1.0, float("inf")], "abc", [[1.0]], [True]])
