@@ -16,10 +16,12 @@ from dpaccount.accounting.rdp import (
     GDPFilterRule,
     RDPRule,
     _wor_even_differences,
+    discrete_laplace_rdp,
     gaussian_rdp,
     gaussian_zcdp,
     gdp_epsilon,
     laplace_rdp,
+    randomized_response_rdp,
     rdp_epsilon,
     subsampled_gaussian_rdp,
     wor_subsampled_gaussian_rdp,
@@ -272,3 +274,40 @@ def test_rdp_without_adaptivity_refuses_run_time_sigmas() -> None:
     for sigma in (5, 3, 8, 4):
         filt.charge(GaussianCharge(sigma, 1, 1))
     assert len(filt.records) == 4
+
+
+def _discrete_laplace_moment(b: float, shift: int, alpha: float) -> float:
+    """ln sum_y P(y - S)^alpha P(y)^(1 - alpha) for DLap(b), summed term by term at 40
+    digits over |y| <= 80 b + S (the rest weighs below e^-70 of the total)."""
+    mpmath.mp.dps = 40
+    q = mpmath.e ** (-1 / mpmath.mpf(b))
+    norm = (1 - q) / (1 + q)
+    reach = int(80 * b) + shift
+    total = mpmath.fsum(
+        norm * q ** (alpha * abs(y - shift) + (1 - alpha) * abs(y))
+        for y in range(-reach, reach + 1)
+    )
+    return float(mpmath.log(total))
+
+
+@pytest.mark.parametrize(
+    ("b", "shift", "alpha"),
+    [(1.0, 1, 2.0), (10.0, 7, 3.5), (20.0, 20, 2.0), (2.5, 3, 1.5), (40.0, 9, 12.0)],
+)
+def test_discrete_laplace_rdp_is_the_divergence(b: float, shift: int, alpha: float) -> None:
+    exact = _discrete_laplace_moment(b, shift, alpha) / (alpha - 1)
+    got = discrete_laplace_rdp(b, shift, alpha)
+    assert exact <= got <= exact * (1 + 1e-8) + 1e-14
+    # between the continuous Laplace of the same epsilon and the randomized response
+    assert laplace_rdp(b / shift, 1, alpha) <= got * (1 + 1e-9)
+    assert got <= randomized_response_rdp(shift / b, 2, alpha)
+
+
+def test_laplace_mechanism_charges_get_the_discrete_laplace_curve() -> None:
+    from dpaccount import LaplaceMechanism
+    from dpaccount.accounting.rdp import charge_rdp
+
+    charge = LaplaceMechanism(1, 1).charge
+    curve = charge_rdp(charge, 4.0)
+    assert curve == discrete_laplace_rdp(charge.scale, charge.sensitivity, 4.0)
+    assert curve < randomized_response_rdp(1, 2, 4.0)
