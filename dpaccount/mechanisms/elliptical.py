@@ -25,7 +25,7 @@ same (epsilon, delta): the ratio (sum_j Delta_j)² / (d sum_j Delta_j²) is at m
 
 **What is implemented and charged.** As in `dpaccount.mechanisms.gaussian`, no
 float noise is added. Coordinate j is rounded to its own lattice g_j Z (g_j a power of
-two <= Delta_j / 256) and discrete Gaussian noise N_Z(0, t_j²) is added in lattice units
+two <= Delta_j / 2048) and discrete Gaussian noise N_Z(0, t_j²) is added in lattice units
 (Canonne, Kamath and Steinke 2020, Algorithm 3). Rounding moves each coordinate by at
 most g_j / 2, so the integer difference in coordinate j is at most
 S_j = floor(Delta_j / g_j) + 1. The product of independent discrete Gaussians with
@@ -79,7 +79,7 @@ __all__ = [
 ]
 
 #: Default lattice per coordinate: g_j = largest power of two <= Delta_j / _FINENESS.
-_FINENESS = 256
+_FINENESS = 2048
 
 
 def optimal_sigmas(bounds: Any, mu: Any) -> npt.NDArray[np.float64]:
@@ -137,7 +137,7 @@ class EllipticalGaussianMechanism(Mechanism):
         bounds: Delta_j > 0 per coordinate: the largest change of coordinate j between
             neighbouring datasets (under the accountant's relation).
         granularity: Lattice spacings g_j (a sequence) or ``None`` for the default
-            (largest power of two <= Delta_j / 256).
+            (largest power of two <= Delta_j / 2048).
         rng: ``None`` for the OS CSPRNG; ``RandomSource.seeded(...)`` in tests only.
 
     Raises:

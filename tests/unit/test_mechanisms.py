@@ -209,9 +209,9 @@ def test_discrete_gaussian_is_not_dominated_by_continuous() -> None:
 
 def test_gaussian_vector_uses_zcdp_bound() -> None:
     m = GaussianMechanism(1, "1e-5", 2, dimension=4)
-    # S2² = floor((2 / g + 2)²) with g = 2**-9 (largest power of two <= 2/1024)
-    assert m.granularity == Fraction(1, 512)
-    rho = (1024 + 2) ** 2 / (2 * float(m.lattice_sigma2))
+    # S2² = floor((2 / g + 2)²) with g = 2**-12 (largest power of two <= 2 / (2048 * 4))
+    assert m.granularity == Fraction(1, 4096)
+    rho = (8192 + 2) ** 2 / (2 * float(m.lattice_sigma2))
     # independent conversion: minimise over a fine alpha grid
     alphas = np.linspace(1.001, 200, 200_000)
     logd = (alphas - 1) * (alphas * rho - 1) + (alphas - 1) * np.log1p(-1 / alphas) - np.log(alphas)
