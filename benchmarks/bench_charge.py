@@ -1,11 +1,17 @@
-"""Per-charge time of the in-memory accountant vs diffprivlib's BudgetAccountant.spend.
+"""Per-charge time of the in-memory accountant vs diffprivlib's BudgetAccountant.spend,
+and of every kind of charge a mechanism produces against a PrivacyCost charge.
 
-Both ledgers are pre-filled with N records (N = 10^2, 10^4, 10^6) and then timed on
-further charges, in one run, on the same machine. Prints microseconds per charge and the
-ratios. Goals (issue 2): dpaccount flat in N (10^6 within 1.5x of 10^2) and under
-10 microseconds a charge.
+Part 1: both ledgers are pre-filled with N records (N = 10^2, 10^4, 10^6) and then
+timed on further charges, in one run, on the same machine. Prints microseconds per
+charge and the ratios. Goals (issue 2): dpaccount flat in N (10^6 within 1.5x of 10^2)
+and under 10 microseconds a charge.
 
-Run: python benchmarks/bench_charge.py [--quick]
+Part 2 (issue 16): microseconds per charge of each mechanism's charge (the same object
+charged again and again, as a mechanism does), under the rule such a ledger uses, and
+the ratio to a PrivacyCost charge in the same run (min and median of 5 repeats). Goal:
+every ratio within 2.
+
+Run: python benchmarks/bench_charge.py [--quick] [--kinds-only]
 (needs the bench extra: pip install -e ".[bench]")
 """
 
@@ -28,13 +34,61 @@ def _load_diffprivlib() -> type | None:
 
 def _per_call(fn: Callable[[], object], calls: int, repeats: int = 5) -> float:
     """Best-of-``repeats`` microseconds per call."""
-    best = float("inf")
+    return _timings(fn, calls, repeats)[0]
+
+
+def _timings(fn: Callable[[], object], calls: int, repeats: int = 5) -> tuple[float, float]:
+    """(min, median) over ``repeats`` of microseconds per call."""
+    times = []
     for _ in range(repeats):
         start = time.perf_counter()
         for _ in range(calls):
             fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e6
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    times.sort()
+    return times[0], times[len(times) // 2]
+
+
+def bench_kinds(calls: int = 5000) -> None:
+    """Each mechanism's charge against a PrivacyCost charge, same rule, same run."""
+    from dpaccount import (
+        ExponentialMechanism,
+        GaussianMechanism,
+        LaplaceMechanism,
+        RandomizedResponseMechanism,
+        dpsgd_step_charge,
+    )
+    from dpaccount.accounting.pld import PLDRule
+    from dpaccount.charges import GaussianCharge, cost_of
+
+    step = dpsgd_step_charge(sampling_rate=0.004, noise_multiplier=1.1, epsilon=20)
+    kinds: list[tuple[str, object, Callable[[], Accountant]]] = [
+        ("PrivacyCost (baseline)", PrivacyCost("0.01"),
+         lambda: Accountant(Budget(10**12, "0.9"))),
+        ("GaussianCharge", GaussianCharge(sigma=500, sensitivity=1, epsilon="0.1"),
+         lambda: Accountant(Budget(10**12, "0.9"))),
+        ("LaplaceMechanism", LaplaceMechanism(1e-6, 1),
+         lambda: Accountant(Budget(10**12, "0.9"))),
+        ("GaussianMechanism", GaussianMechanism(1, 1e-12, 1),
+         lambda: Accountant(Budget(10**12, "0.9"))),
+        ("ExponentialMechanism", ExponentialMechanism("0.001", 1),
+         lambda: Accountant(Budget(10**12, "0.9"))),
+        ("RandomizedResponseMechanism", RandomizedResponseMechanism("0.001", 4),
+         lambda: Accountant(Budget(10**12, "0.9"))),
+        ("PrivacyCost equal to the step's cost", cost_of(step),
+         lambda: Accountant(Budget(10**12, "0.999999"))),
+        ("DP-SGD step, basic rule", step, lambda: Accountant(Budget(10**12, "0.999999"))),
+        ("DP-SGD step, pld rule (TrainingLedger)", step,
+         lambda: Accountant(Budget(10**6, "1e-5"), rule=PLDRule([(step, 10**7)], "1e-5"))),
+    ]
+    print(f"\n{'charge':40s} {'min us':>8} {'median us':>10} {'min / baseline':>15}")
+    base = None
+    for name, charge, make in kinds:
+        acct = make()
+        low, median = _timings(lambda a=acct, c=charge: a.charge(c), calls)
+        base = base or low
+        print(f"{name:40s} {low:8.2f} {median:10.2f} {low / base:15.2f}")
+    print("goal: every ratio within 2")
 
 
 def bench_dpaccount(existing: int, calls: int) -> float:
@@ -56,7 +110,11 @@ def bench_diffprivlib(cls: type, existing: int, calls: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip 10^6 for diffprivlib")
+    parser.add_argument("--kinds-only", action="store_true", help="only part 2")
     args = parser.parse_args()
+    if args.kinds_only:
+        bench_kinds()
+        return
     dpl = _load_diffprivlib()
     print(f"{'records':>9} {'dpaccount us':>13} {'diffprivlib us':>15} "
           f"{'diffprivlib/dpaccount':>22}")
@@ -79,6 +137,7 @@ def main() -> None:
                   f"per charge {ours:.2f} us (goal < 10 us)")
     if dpl is None:
         print("diffprivlib not importable: pip install -e '.[bench]' (pins scikit-learn<1.6)")
+    bench_kinds()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: How many times a charge is retried after losing a compare-and-append race before the
 #: store's conflict is reported. Each retry folds in the winners' records first.
 _MAX_CONFLICT_RETRIES = 10_000
+#: The charge classes themselves (a mechanism is none of them: no ABC check needed).
+_CHARGE_TYPE_SET = frozenset(CHARGE_TYPES)
 
 #: The largest count max_queries searches when the rule alone sets no limit.
 _MAX_QUERIES_SEARCH = 10**12
@@ -343,13 +345,7 @@ class Accountant:
                     if self._store.head() != self._head:
                         self._catch_up()  # refuse with the true totals (refusals are rare)
                         continue
-                    raise BudgetExceededError(
-                        requested=cost,
-                        spent=self._rule.total(self._state),
-                        budget=self._budget,
-                        would_be=self._rule.total(new_state),
-                        rule=self._rule.name,
-                    )
+                    raise self._refusal(cost, new_state)
                 if self._delta_cap is not None:
                     self._refuse_large_delta(cost, new_state)
                 record = LedgerRecord(
@@ -414,7 +410,7 @@ class Accountant:
     def _as_charge(self, charge: Any) -> Charge:
         if type(charge) is PrivacyCost:  # the common case, without the ABC checks below
             return charge
-        if isinstance(charge, Mechanism):
+        if type(charge) not in _CHARGE_TYPE_SET and isinstance(charge, Mechanism):
             charge = charge.charge
         if not isinstance(charge, CHARGE_TYPES):
             raise InvalidCostError(
@@ -454,13 +450,7 @@ class Accountant:
         new_state = self._rule.extend(self._state, charge)
         if not result.appended:
             if not self._rule.admits(new_state, self._budget):
-                raise BudgetExceededError(
-                    requested=record.cost,
-                    spent=self._rule.total(self._state),
-                    budget=self._budget,
-                    would_be=self._rule.total(new_state),
-                    rule=self._rule.name,
-                )
+                raise self._refusal(record.cost, new_state)
             self._refuse_large_delta(record.cost, new_state)
             raise LedgerCorruptError(
                 "the store refused a charge that its records show fits the budget: its "
@@ -474,6 +464,21 @@ class Accountant:
         self._state = new_state
         self._head += 1
         return attrs.evolve(record, seq=result.seq)
+
+    def _refusal(self, cost: PrivacyCost, new_state: Any) -> BudgetExceededError:
+        """The error for a refused charge; a total whose delta would reach 1 (so no
+        PrivacyCost describes it) is named in words."""
+        try:
+            would_be: PrivacyCost | None = self._rule.total(new_state)
+        except InvalidCostError:
+            would_be = None
+        return BudgetExceededError(
+            requested=cost,
+            spent=self._rule.total(self._state),
+            budget=self._budget,
+            would_be=would_be,
+            rule=self._rule.name,
+        )
 
     def _refuse_large_delta(self, cost: PrivacyCost, new_state: Any) -> None:
         would_be = self._rule.total(new_state)

@@ -127,6 +127,60 @@ SCHEME_RELATION = {
 }
 
 
+# Costs that take exact arithmetic are cached by the values they depend on (not by the
+# charge object: a charge forged past attrs is costed from its current fields), so a
+# mechanism charged many times pays for the arithmetic once. Keys are the exact values'
+# integer numerators and denominators, which hash far faster than Fractions.
+_COST_CACHE = 4096
+_costs: dict[tuple[Any, ...], PrivacyCost] = {}
+
+
+def _key(*values: Fraction) -> tuple[Any, ...]:
+    # a forged field that is not a Fraction is keyed by the value itself
+    return tuple([v.as_integer_ratio() if type(v) is Fraction else v for v in values])
+
+
+def _cached(key: tuple[Any, ...], compute: Any) -> PrivacyCost:
+    cost = _costs.get(key)
+    if cost is None:
+        cost = compute()
+        if len(_costs) >= _COST_CACHE:
+            _costs.clear()
+        _costs[key] = cost
+    return cost
+
+
+def _laplace_cost(scale: Fraction, sensitivity: Fraction) -> PrivacyCost:
+    return _cached(
+        ("laplace", *_key(scale, sensitivity)),
+        lambda: _trusted(laplace_epsilon_up(scale, sensitivity), Fraction(0)),
+    )
+
+
+def _ratio_cost(sensitivity: Fraction, scale: Fraction) -> PrivacyCost:
+    return _cached(
+        ("ratio", *_key(sensitivity, scale)),
+        lambda: _trusted(sensitivity / scale, Fraction(0)),
+    )
+
+
+def _gaussian_cost(sigma: Fraction, sensitivity: Fraction, epsilon: Fraction) -> PrivacyCost:
+    def compute() -> PrivacyCost:
+        delta = gaussian_delta_up(epsilon, sensitivity / sigma)
+        if delta >= 1:
+            raise InvalidCostError("epsilon", epsilon, "delta(epsilon) rounds to 1")
+        return _trusted(epsilon, delta)
+
+    return _cached(("gaussian", *_key(sigma, sensitivity, epsilon)), compute)
+
+
+def _subsampled_cost(rate: Fraction, epsilon: Fraction, delta: Fraction) -> PrivacyCost:
+    return _cached(
+        ("subsampled", *_key(rate, epsilon, delta)),
+        lambda: _trusted(log1p_expm1_scaled_up(rate, epsilon), delta * rate),
+    )
+
+
 @attrs.frozen
 class LaplaceCharge:
     """One run of the Laplace mechanism: noise of ``scale`` on an L1-``sensitivity`` query.
@@ -145,7 +199,7 @@ class LaplaceCharge:
     @property
     def cost(self) -> PrivacyCost:
         """The (epsilon, 0) guarantee of one run."""
-        return _trusted(laplace_epsilon_up(self.scale, self.sensitivity), Fraction(0))
+        return _laplace_cost(self.scale, self.sensitivity)
 
 
 @attrs.frozen
@@ -169,10 +223,7 @@ class GaussianCharge:
     @property
     def cost(self) -> PrivacyCost:
         """The (epsilon, delta(epsilon)) guarantee of one run."""
-        delta = gaussian_delta_up(self.epsilon, self.sensitivity / self.sigma)
-        if delta >= 1:
-            raise InvalidCostError("epsilon", self.epsilon, "delta(epsilon) rounds to 1")
-        return _trusted(self.epsilon, delta)
+        return _gaussian_cost(self.sigma, self.sensitivity, self.epsilon)
 
 
 @attrs.frozen
@@ -207,7 +258,7 @@ class DiscreteLaplaceCharge:
     @property
     def cost(self) -> PrivacyCost:
         """The pure (S / scale, 0) guarantee of one run, exact."""
-        return _trusted(self.sensitivity / self.scale, Fraction(0))
+        return _ratio_cost(self.sensitivity, self.scale)
 
 
 @attrs.frozen
@@ -359,8 +410,7 @@ class Subsampled:
     def cost(self) -> PrivacyCost:
         """The amplified (epsilon, delta) guarantee of one run."""
         inner = cost_of(self.charge)
-        epsilon = log1p_expm1_scaled_up(self.rate, inner.epsilon)
-        return _trusted(epsilon, inner.delta * self.rate)
+        return _subsampled_cost(self.rate, inner.epsilon, inner.delta)
 
 
 @attrs.frozen
@@ -457,6 +507,10 @@ _CHARGE_TYPES = (
 )
 
 
+#: Charges with no nested charge (they state no neighbouring relation of their own).
+_LEAF_TYPES = frozenset(t for t in _CHARGE_TYPES if t not in (Subsampled, Parallel, Repeated))
+
+
 def _check_charge(value: Any) -> None:
     if not isinstance(value, _CHARGE_TYPES):
         raise InvalidCostError(
@@ -544,7 +598,17 @@ def check_relations(charge: Charge, relation: Relation | str) -> None:
         ...
         dpaccount.errors.UnsupportedChargeError: level 2 of this charge, ...
     """
-    _check_level(charge, frozenset({Relation(relation)}), 1, "the ledger")
+    rel = relation if type(relation) is Relation else Relation(relation)
+    kind = type(charge)
+    if kind in _LEAF_TYPES:  # states no relation of its own: nothing to check
+        return
+    if (
+        kind is Subsampled
+        and type(charge.charge) in _LEAF_TYPES
+        and SCHEME_RELATION[charge.scheme] is rel
+    ):
+        return  # the common DP-SGD step: one level, its theorem's relation
+    _check_level(charge, frozenset({rel}), 1, "the ledger")
 
 
 def _check_level(charge: Charge, needed: frozenset[Relation], level: int, parent: str) -> None:

@@ -92,7 +92,8 @@ class BudgetExceededError(DPAccountError):
         requested: The composed cost of the refused charge on its own.
         spent: The composed total spent before the refused charge.
         budget: The ledger's budget.
-        would_be: The composed total the ledger would have reached.
+        would_be: The composed total the ledger would have reached (None when its delta
+            would reach 1, which no cost can describe).
         rule: The name of the composition rule that made the decision.
     """
 
@@ -101,7 +102,7 @@ class BudgetExceededError(DPAccountError):
         requested: PrivacyCost,
         spent: PrivacyCost,
         budget: Budget,
-        would_be: PrivacyCost,
+        would_be: PrivacyCost | None,
         rule: str,
         reason: str | None = None,
     ) -> None:
@@ -111,9 +112,10 @@ class BudgetExceededError(DPAccountError):
         self.would_be = would_be
         self.rule = rule
         limit = reason or f"over the budget {budget}"
+        total = "would have a delta of 1 or more" if would_be is None else f"would be {would_be}"
         super().__init__(
             f"refused: this charge costs {requested}; {spent} is already spent, and "
-            f"under the {rule!r} rule the total would be {would_be}, {limit}. Nothing "
+            f"under the {rule!r} rule the total {total}, {limit}. Nothing "
             "was recorded and the query did not run; ask for less (a smaller epsilon or "
             "delta, or fewer repetitions) or use a new budget."
         )
@@ -151,9 +153,10 @@ class StepRefusedError(BudgetExceededError):
             else "Nothing ran."
         )
         count = f"steps {step + 1}-{step + steps}" if steps > 1 else f"step {step + 1}"
+        total = "a delta of 1 or more" if self.would_be is None else str(self.would_be)
         DPAccountError.__init__(
             self,
-            f"refused: training {count} would take the run to {self.would_be} under the "
+            f"refused: training {count} would take the run to {total} under the "
             f"{self.rule!r} rule, over its budget {self.budget}. Nothing was recorded; "
             f"{step} steps were admitted before. {what} Stop training here (save the "
             "model), or continue with more noise or a new budget.",

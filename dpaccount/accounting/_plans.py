@@ -28,6 +28,9 @@ class DeclaredPlan:
                 grouped[atom] = grouped.get(atom, 0) + count
         self.items: list[tuple[Atom, int]] = list(grouped.items())
         self._index = {atom: i for i, (atom, _count) in enumerate(self.items)}
+        # The plan's own atom objects, by identity: charging the very object that was
+        # planned (a mechanism's charge) skips hashing its exact values.
+        self._by_id = {id(atom): i for i, (atom, _count) in enumerate(self.items)}
         self._costs = [cost_of(atom) for atom, _count in self.items]
         self._rule = rule
         self._instead = instead
@@ -39,10 +42,12 @@ class DeclaredPlan:
         Raises:
             UnsupportedChargeError: The atom is not in the plan, or its runs are used up.
         """
-        try:
-            index = self._index.get(atom)
-        except TypeError:  # unhashable: certainly not a planned charge
-            index = None
+        index = self._by_id.get(id(atom))
+        if index is None or self.items[index][0] is not atom:
+            try:
+                index = self._index.get(atom)
+            except TypeError:  # unhashable: certainly not a planned charge
+                index = None
         if index is None:
             raise UnsupportedChargeError(
                 f"{atom!r} is not in the declared plan of the {self._rule} rule (a "

@@ -943,6 +943,8 @@ class PLDRule(Rule[PLDState]):
 
     def add(self, state: PLDState, atom: Atom, count: int) -> PLDState:
         used, cost = self._plan.use(state.used, atom, count)
+        if count == 1:
+            return PLDState(used, state.epsilon + cost.epsilon, state.delta + cost.delta)
         return PLDState(
             used, state.epsilon + cost.epsilon * count, state.delta + cost.delta * count
         )

@@ -548,13 +548,20 @@ class GaussianMechanism(Mechanism):
                 "this mechanism was built from sigma without a point of its privacy "
                 "curve; use GaussianMechanism.from_sigma(..., epsilon=...) or delta=..."
             )
-        return DiscreteGaussianCharge(
-            self._lattice_s,
-            self._lattice_steps(),
-            self._point[0],
-            self._point[1],
-            self._dimension,
-        )
+        # Built once: the mechanism's parameters do not change after construction, and a
+        # charge is validated when it is built (the per-charge cost of a mechanism).
+        built = getattr(self, "_built_charge", None)
+        if built is None or built[0] != (self._lattice_s, self._point, self._dimension):
+            charge = DiscreteGaussianCharge(
+                self._lattice_s,
+                self._lattice_steps(),
+                self._point[0],
+                self._point[1],
+                self._dimension,
+            )
+            built = ((self._lattice_s, self._point, self._dimension), charge)
+            self._built_charge = built
+        return built[1]
 
     def _lattice_steps(self) -> Fraction:
         """The shift bound in lattice steps: S, or a dyadic >= sqrt(S2²) for vectors."""

@@ -294,3 +294,27 @@ def test_max_queries_and_can_afford_respect_the_one_over_n_cap() -> None:
         acct.charge(unit)
     # delta-free charges are not capped: (10 - 9 x 0.01) / 0.01 of them still fit
     assert acct.max_queries(PrivacyCost("0.01")) == 991
+
+
+def test_a_charge_that_takes_delta_to_one_is_refused_not_invalid() -> None:
+    # the summed delta would reach 1: no PrivacyCost can state the total, but it is a
+    # refusal like any other (BudgetExceededError), and nothing changes
+    acct = Accountant(Budget(100, "0.9"))
+    acct.charge(PrivacyCost(1, "0.6"))
+    before = snapshot(acct)
+    with pytest.raises(BudgetExceededError, match="delta of 1 or more") as info:
+        acct.charge(PrivacyCost(1, "0.5"))
+    assert info.value.would_be is None
+    assert snapshot(acct) == before
+
+
+def test_cached_costs_follow_a_charge_forged_after_use() -> None:
+    # costs are cached by the charge's exact values, not by the object: a charge whose
+    # field is replaced past attrs is costed again from what it now says
+    from dpaccount.charges import GaussianCharge, cost_of
+
+    charge = GaussianCharge(sigma=4, sensitivity=1, epsilon=1)
+    first = cost_of(charge)
+    object.__setattr__(charge, "sigma", Fraction(1))
+    assert cost_of(charge).delta > first.delta
+    assert cost_of(charge) == cost_of(GaussianCharge(sigma=1, sensitivity=1, epsilon=1))
