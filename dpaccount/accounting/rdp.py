@@ -559,7 +559,15 @@ def sgm_epsilon(
         raise InvalidCostError("target_delta", delta, "must be > 0 for RDP")
     orders = SGM_INTEGER_ORDERS
     a = np.asarray(orders, dtype=np.float64)
-    eps = _conversion(steps * _sgm_integer_rdp(q, sigma, orders), a, d)
+    integer_rdp = steps * _sgm_integer_rdp(q, sigma, orders)
+    if integer_rdp[0] < 40 * -math.log1p(-d * d):
+        # Total variation against KL (see `_conversion`) at the smallest order of the
+        # full grid: RDP there bounds KL; epsilon = 0 when it is small against delta.
+        low_order = DEFAULT_ORDERS[0]
+        if _conversion(np.array([steps * subsampled_gaussian_rdp(q, sigma, low_order)]),
+                       np.array([low_order]), d)[0] == 0:
+            return 0.0
+    eps = _conversion(integer_rdp, a, d)
     i = int(np.argmin(eps))
     best = _round_eps(float(eps[i]))
     lo = float(a[i - 1]) if i > 0 else 1.0 + 1e-6
