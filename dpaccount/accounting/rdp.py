@@ -664,9 +664,84 @@ def zcdp_epsilon(rho: Any, delta: Any) -> Fraction:
 def _atom_vector(
     atom: Atom, orders: tuple[float, ...], relation: Relation
 ) -> npt.NDArray[np.object_]:
-    """The charge's RDP at each order, as exact integers in units of 2^-52, rounded up."""
-    values = [charge_rdp(atom, a, relation=relation) for a in orders]
-    return np.array([math.ceil(Fraction(v) * _SCALE) for v in values], dtype=object)
+    """The charge's RDP at each order, as exact integers in units of 2^-52, rounded up.
+
+    Long grids (a declared plan's) interpolate the subsampled Gaussian's fractional
+    orders; the filter's short grid evaluates each of them exactly.
+    """
+    return _as_units(_atom_values(atom, orders, relation, interpolate=len(orders) > 64))
+
+
+#: Charges whose RDP `_atom_values` evaluates in one vectorised pass at any orders.
+_CLOSED_FORMS = frozenset({GaussianCharge, LaplaceCharge})
+
+
+@functools.lru_cache(maxsize=1024)
+def _atom_floats(atom: Atom, orders: tuple[float, ...], relation: Relation) -> Array:
+    """The charge's RDP at each order as floats, rounded up (a declared plan's grid)."""
+    values = _atom_values(atom, orders, relation, interpolate=len(orders) > 64)
+    values.setflags(write=False)
+    return values
+
+
+def _as_units(values: Array) -> npt.NDArray[np.object_]:
+    """Floats rounded up to exact integers in units of 2^-52 (the scaling is exact)."""
+    if not np.all(np.isfinite(values)):
+        raise InvalidCostError("rdp", "inf", "a Renyi divergence is unbounded at some order")
+    return np.array([int(v) for v in np.ceil(values * float(_SCALE)).tolist()], dtype=object)
+
+
+def _atom_values(
+    atom: Atom, orders: tuple[float, ...], relation: Relation, *, interpolate: bool = True
+) -> Array:
+    """The charge's RDP at each order (floats, rounded up), vectorised where cheap.
+
+    Plain Gaussians (alpha rho) are evaluated in one pass. For the Poisson-subsampled
+    Gaussian the integer orders come from the vectorised binomial sum, and a fractional
+    order between two integers n < alpha < n + 1 takes the linear interpolation of the
+    cumulant (alpha - 1) RDP(alpha), which is convex in alpha (log-convexity of the
+    moments E_Q[(P/Q)^alpha], Hoelder's inequality; a supremum over neighbouring pairs of
+    convex functions is convex), so the interpolation of upper bounds is an upper bound
+    (as Wang, Balle and Kasiviswanathan 2019, Cor. 10); below 2 it interpolates from
+    0 at alpha = 1. Exact fractional values are used only where the optimum lies
+    (`_refined_plan_epsilon`). Every other charge is evaluated order by order.
+    """
+    a = np.asarray(orders, dtype=np.float64)
+    if type(atom) is GaussianCharge:
+        rho = float_up(atom.sensitivity**2 / (2 * atom.sigma**2))
+        return np.nextafter(a * rho * (1 + _REL) + 1e-300, np.inf)
+    if type(atom) is LaplaceCharge:
+        inv = float_up(atom.sensitivity / atom.scale)
+        with np.errstate(over="ignore"):
+            value = np.logaddexp(
+                np.log(a / (2 * a - 1)) + (a - 1) * inv,
+                np.log((a - 1) / (2 * a - 1)) - a * inv,
+            ) / (a - 1)
+        value = np.minimum(value, inv)
+        return np.nextafter(np.maximum(value, 0.0) * (1 + _REL) + 1e-300, np.inf)
+    if (
+        interpolate
+        and type(atom) is Subsampled
+        and type(atom.charge) is GaussianCharge
+        and atom.scheme is Scheme.POISSON
+        and relation is Relation.ADD_REMOVE
+        and atom.rate < 1
+    ):
+        inner = atom.charge
+        q = float_up(atom.rate)
+        sigma = float_down(check_positive(inner.sigma / inner.sensitivity, "noise_multiplier"))
+        low = np.floor(a).astype(np.int64)
+        high = np.ceil(a).astype(np.int64)
+        needed = tuple(sorted({int(n) for n in np.concatenate((low, high)) if n >= 2}))
+        at = dict(zip(needed, _sgm_integer_rdp(q, sigma, needed).tolist(), strict=True))
+        cumulant = {n: (n - 1) * r for n, r in at.items()} | {1: 0.0}  # K(n), K(1) = 0
+        k_low = np.array([cumulant[int(n)] for n in low])
+        k_high = np.array([cumulant[int(n)] for n in high])
+        frac = a - low
+        values = np.where(frac == 0, k_low / (a - 1),
+                          ((1 - frac) * k_low + frac * k_high) / (a - 1))
+        return np.nextafter(np.maximum(values, 0.0) * (1 + _REL) + 1e-300, np.inf)
+    return np.array([charge_rdp(atom, float(x), relation=relation) for x in a])
 
 
 #: Fixed-point scale of the RDP running sums (exact integer sums: charging k times and
@@ -829,7 +904,10 @@ class RDPRule(Rule[RDPState]):
         if self.target_delta == 0:
             raise ConfigError("the rdp rule needs target_delta > 0")
         chosen = orders if orders is not None else (FILTER_ORDERS if adaptive else DEFAULT_ORDERS)
-        self.orders = tuple(sorted({_check_order(float(a)) for a in chosen}))
+        self.orders = (
+            chosen if chosen is DEFAULT_ORDERS or chosen is FILTER_ORDERS  # checked, sorted
+            else tuple(sorted({_check_order(float(a)) for a in chosen}))
+        )
         if not self.orders:
             raise ConfigError("the rdp rule needs at least one order")
         self.adaptive = bool(adaptive)
@@ -857,24 +935,80 @@ class RDPRule(Rule[RDPState]):
         self._plan = DeclaredPlan(_as_charges(plan), "rdp (adaptive=False)",
                                   "use adaptive=True, a Renyi filter")
         self._items = self._plan.items
-        whole = np.array([0] * len(self.orders), dtype=object)
+        # The whole plan's RDP in floats: each value is rounded up, and the sum of n
+        # non-negative terms is pushed up by its rounding bound (n u relative).
+        whole = np.zeros(len(self.orders))
         for atom, count in self._items:
-            whole = whole + _atom_vector(atom, self.orders, self.relation) * count
-        self._plan_total = self.total(RDPState(whole))
+            whole = whole + count * _atom_floats(atom, self.orders, self.relation)
+        whole = np.nextafter(whole * (1 + 2 * (len(self._items) + 1) * 2.0**-52), np.inf)
+        if not np.any(whole > 1e-300):
+            self._plan_total = _trusted(Fraction(0), Fraction(0))
+            return
+        if not np.all(np.isfinite(whole)):
+            raise InvalidCostError("rdp", "inf", "a Renyi divergence is unbounded at some order")
+        eps = _conversion(whole, self._orders, self._delta)
+        i = int(np.argmin(eps))
+        grid = _round_eps(float(eps[i]))
+        if math.isinf(grid):
+            raise InvalidCostError("epsilon", grid, "the Renyi sums overflowed")
+        refined = None if grid == 0 else self._refined_plan_epsilon(i)
+        best = up(grid) if refined is None or refined >= up(grid) else refined
+        self._plan_total = _trusted(best, self.target_delta)
+
+    def _refined_plan_epsilon(self, i: int) -> Fraction | None:
+        """The plan's epsilon at the best order around the grid's best one (index ``i``),
+        with every charge's exact RDP there (any order gives a valid bound)."""
+        # the neighbours, and at least one unit each side: interpolated fractional orders
+        # lie above the exact ones, so the exact optimum may sit past a neighbour
+        best = float(self._orders[i])
+        lo = max(min(float(self._orders[max(i - 1, 0)]), best - 1), 1 + 1e-6)
+        hi = max(float(self._orders[min(i + 1, len(self.orders) - 1)]), best + 1)
+        if hi <= lo:
+            return None
+
+        if all(type(atom) in _CLOSED_FORMS for atom, _count in self._items):
+            # closed forms: one vectorised pass over a fine grid of orders
+            fine = tuple(np.linspace(lo, hi, 129).tolist())
+            total = sum(count * _atom_values(atom, fine, self.relation, interpolate=False)
+                        for atom, count in self._items)
+            values = _conversion(np.asarray(total), np.asarray(fine), self._delta)
+            value = float(np.min(values))
+            return up(_round_eps(value)) if math.isfinite(value) else None
+
+        def objective(alpha: float) -> float:
+            at = (alpha,)
+            total = sum(
+                count * float(_atom_values(atom, at, self.relation, interpolate=False)[0])
+                for atom, count in self._items
+            )
+            return float(_conversion(np.array([total]), np.array([alpha]), self._delta)[0])
+
+        res = optimize.minimize_scalar(objective, bounds=(lo, hi), method="bounded",
+                                       options={"xatol": 1e-3})
+        value = objective(float(res.x))  # re-evaluated at the order actually used
+        if not math.isfinite(value):
+            return None
+        return up(_round_eps(value))
 
     def start(self) -> RDPState:
         zeros = np.array([0] * len(self.orders), dtype=object)
         return RDPState(zeros, (0,) * len(self._items))
 
     def add(self, state: RDPState, atom: Atom, count: int) -> RDPState:
-        vector = _atom_vector(atom, self.orders, self.relation)
-        total = state.rdp + vector * count
-        total.setflags(write=False)
         if self.adaptive:
+            vector = _atom_vector(atom, self.orders, self.relation)
+            total = state.rdp + vector * count
+            total.setflags(write=False)
             return RDPState(total)
+        # A declared plan: its total was composed once; a charge only uses up the plan
+        # (O(1), no Renyi sums) and adds to the basic sums.
         used, cost = self._plan.use(state.used, atom, count)
+        if count == 1:
+            return RDPState(state.rdp, used, state.epsilon + cost.epsilon,
+                            state.delta + cost.delta)
         return RDPState(
-            total, used, state.epsilon + cost.epsilon * count, state.delta + cost.delta * count
+            state.rdp, used, state.epsilon + cost.epsilon * count,
+            state.delta + cost.delta * count,
         )
 
     def remaining(self, state: RDPState, budget: Budget, k: int) -> Budget:
@@ -907,10 +1041,10 @@ class RDPRule(Rule[RDPState]):
         return _round_eps(float(np.min(eps)))
 
     def total(self, state: RDPState) -> PrivacyCost:
-        if not any(state.rdp):
+        if not (any(state.rdp) if self.adaptive else any(state.used)):
             return _trusted(Fraction(0), Fraction(0))
         plan = self._plan_total
-        if plan is not None and any(state.used):
+        if plan is not None:
             basic = state.delta < 1
             if basic and state.epsilon <= plan.epsilon and state.delta <= plan.delta:
                 return _trusted(state.epsilon, state.delta)
@@ -921,7 +1055,7 @@ class RDPRule(Rule[RDPState]):
         return _trusted(up(eps), self.target_delta)
 
     def admits(self, state: RDPState, budget: Budget) -> bool:
-        if not any(state.rdp):
+        if not (any(state.rdp) if self.adaptive else any(state.used)):
             return True
         if budget.delta < self.target_delta:
             return False

@@ -129,8 +129,9 @@ def test_bounded_range_profile_is_the_maximum_over_the_family(eps: float) -> Non
 def test_bounded_range_rdp_is_the_maximum_over_the_family(eps: float, alpha: float) -> None:
     t, p = _br_family(eps)
     order = alpha - 1
+    inside = np.maximum(p, 0.0) + (1 - np.maximum(p, 0.0)) * np.exp(-order * eps)
     with np.errstate(divide="ignore"):
-        moments = order * t + np.log(p + (1 - p) * np.exp(-order * eps))
+        moments = order * t + np.log(inside)
     brute = float(moments.max()) / order
     got = bounded_range_rdp(eps, alpha)
     assert brute * (1 - 1e-12) <= got <= max(brute * (1 + 1e-6), brute + 1e-15)
