@@ -603,7 +603,7 @@ def check_relations(charge: Charge, relation: Relation | str) -> None:
     if kind in _LEAF_TYPES:  # states no relation of its own: nothing to check
         return
     if (
-        kind is Subsampled
+        isinstance(charge, Subsampled)
         and type(charge.charge) in _LEAF_TYPES
         and SCHEME_RELATION[charge.scheme] is rel
     ):
