@@ -11,14 +11,9 @@ Examples:
     PrivacyCost(epsilon=0.5, delta=0)
 """
 
-from dpaccount import aggregates
+from typing import TYPE_CHECKING, Any
+
 from dpaccount.accountant import Accountant
-from dpaccount.accounting import (
-    PrivacyLossDistribution,
-    calibrate_dpsgd_noise,
-    dpsgd_epsilon,
-    dpsgd_step_charge,
-)
 from dpaccount.charges import (
     BoundedRangeCharge,
     DiscreteGaussianCharge,
@@ -46,7 +41,6 @@ from dpaccount.errors import (
     UnreleasableResultError,
     UnsupportedChargeError,
 )
-from dpaccount.integrations.training import TrainingLedger
 from dpaccount.ledgers import open_ledger
 from dpaccount.mechanisms import (
     BLRMechanism,
@@ -60,7 +54,45 @@ from dpaccount.mechanisms import (
 )
 from dpaccount.records import LedgerRecord
 
+if TYPE_CHECKING:  # imported on first use (below): they load the tight engines
+    from dpaccount import aggregates
+    from dpaccount.accounting import (
+        PrivacyLossDistribution,
+        calibrate_dpsgd_noise,
+        dpsgd_epsilon,
+        dpsgd_step_charge,
+    )
+    from dpaccount.integrations.training import TrainingLedger
+
 __version__ = "0.1.0"
+
+#: Names whose modules are imported when first used (PEP 562), so that ``import
+#: dpaccount`` does not pay for the PLD and Renyi engines or the aggregates.
+_LAZY = {
+    "aggregates": ("dpaccount.aggregates", None),
+    "PrivacyLossDistribution": ("dpaccount.accounting", "PrivacyLossDistribution"),
+    "calibrate_dpsgd_noise": ("dpaccount.accounting", "calibrate_dpsgd_noise"),
+    "dpsgd_epsilon": ("dpaccount.accounting", "dpsgd_epsilon"),
+    "dpsgd_step_charge": ("dpaccount.accounting", "dpsgd_step_charge"),
+    "TrainingLedger": ("dpaccount.integrations.training", "TrainingLedger"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    try:
+        module_name, attribute = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'dpaccount' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 __all__ = [
     "Accountant",

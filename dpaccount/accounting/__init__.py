@@ -7,28 +7,61 @@
 | ``gdp`` | fully adaptive, plain Gaussians | Smith-Thakurta 2022 Thm 1.1 |
 """
 
-from dpaccount.accounting.dpsgd import (
-    calibrate_dpsgd_noise,
-    dpsgd_epsilon,
-    dpsgd_epsilon_bounds,
-    dpsgd_schedule,
-    dpsgd_step_charge,
-)
-from dpaccount.accounting.pld import PLDRule, PrivacyLossDistribution, compose_plan
-from dpaccount.accounting.rdp import (
-    GDPFilterRule,
-    RDPRule,
-    charge_rdp,
-    gaussian_rdp,
-    gaussian_zcdp,
-    gdp_epsilon,
-    laplace_rdp,
-    rdp_epsilon,
-    sgm_epsilon,
-    subsampled_gaussian_rdp,
-    wor_subsampled_gaussian_rdp,
-    zcdp_epsilon,
-)
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # each engine's module is imported on first use (below)
+    from dpaccount.accounting.dpsgd import (
+        calibrate_dpsgd_noise,
+        dpsgd_epsilon,
+        dpsgd_epsilon_bounds,
+        dpsgd_schedule,
+        dpsgd_step_charge,
+    )
+    from dpaccount.accounting.pld import PLDRule, PrivacyLossDistribution, compose_plan
+    from dpaccount.accounting.rdp import (
+        GDPFilterRule,
+        RDPRule,
+        charge_rdp,
+        gaussian_rdp,
+        gaussian_zcdp,
+        gdp_epsilon,
+        laplace_rdp,
+        rdp_epsilon,
+        sgm_epsilon,
+        subsampled_gaussian_rdp,
+        wor_subsampled_gaussian_rdp,
+        zcdp_epsilon,
+    )
+
+
+#: Which module defines each public name; a name's module (and what it imports, such
+#: as scipy.fft for the PLD engine) loads when the name is first used (PEP 562).
+_WHERE = {
+    "calibrate_dpsgd_noise": "dpsgd",
+    "dpsgd_epsilon": "dpsgd",
+    "dpsgd_epsilon_bounds": "dpsgd",
+    "dpsgd_schedule": "dpsgd",
+    "dpsgd_step_charge": "dpsgd",
+    "PLDRule": "pld",
+    "PrivacyLossDistribution": "pld",
+    "compose_plan": "pld",
+}
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name not in __all__:
+        raise AttributeError(f"module 'dpaccount.accounting' has no attribute {name!r}")
+    module = importlib.import_module(f"dpaccount.accounting.{_WHERE.get(name, 'rdp')}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "GDPFilterRule",

@@ -4,12 +4,28 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from fractions import Fraction
+from typing import Any
 
-from dpaccount.charges import Atom, Charge, atoms, cost_of
+from dpaccount.charges import (
+    Atom,
+    BoundedRangeCharge,
+    Charge,
+    DiscreteGaussianCharge,
+    DiscreteLaplaceCharge,
+    GaussianCharge,
+    LaplaceCharge,
+    Parallel,
+    RandomizedResponseCharge,
+    Repeated,
+    Subsampled,
+    atoms,
+    cost_of,
+)
 from dpaccount.costs import PrivacyCost
-from dpaccount.errors import UnsupportedChargeError
+from dpaccount.errors import ConfigError, UnsupportedChargeError
 
-__all__ = ["DeclaredPlan"]
+__all__ = ["DeclaredPlan", "as_charges"]
 
 
 class DeclaredPlan:
@@ -61,3 +77,46 @@ class DeclaredPlan:
                 "requested); a fixed-plan rule cannot take charges outside its plan"
             )
         return (*used[:index], total, *used[index + 1 :]), self._costs[index]
+
+
+_SINGLE_CHARGES = (
+    PrivacyCost,
+    LaplaceCharge,
+    GaussianCharge,
+    DiscreteLaplaceCharge,
+    DiscreteGaussianCharge,
+    RandomizedResponseCharge,
+    BoundedRangeCharge,
+    Subsampled,
+    Parallel,
+)
+
+
+def as_charges(plan: Any) -> list[Charge]:
+    """Read a plan: ``(charge, k)``, a list of charges and ``(charge, k)`` pairs, or a
+    `Plan` (its runs of costs)."""
+    runs = getattr(plan, "runs", None)
+    if runs is not None:
+        plan = list(runs)
+    if isinstance(plan, (Repeated, *_SINGLE_CHARGES)):
+        plan = [plan]
+    if (
+        isinstance(plan, tuple)
+        and len(plan) == 2
+        and isinstance(plan[1], int)
+        and not isinstance(plan[1], bool)
+        and not isinstance(plan[0], (int, float, str, Fraction))
+    ):
+        plan = [plan]
+    if plan is None or isinstance(plan, (str, bytes)) or not isinstance(plan, Iterable):
+        raise ConfigError(
+            "the pld rule is proven for a declared plan: pass plan=(charge, k) or a list "
+            "of charges when the accountant is created"
+        )
+    charges: list[Charge] = []
+    for item in plan:
+        if isinstance(item, tuple) and len(item) == 2:
+            charges.append(Repeated(item[0], item[1]))
+        else:
+            charges.append(item)
+    return charges

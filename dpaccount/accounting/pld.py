@@ -85,7 +85,7 @@ from dpaccount.accounting._pairs import (
     SubsampledLaplacePair,
     SymmetrisedPair,
 )
-from dpaccount.accounting._plans import DeclaredPlan
+from dpaccount.accounting._plans import DeclaredPlan, as_charges
 from dpaccount.charges import (
     SCHEME_RELATION,
     Atom,
@@ -98,7 +98,6 @@ from dpaccount.charges import (
     Parallel,
     RandomizedResponseCharge,
     Relation,
-    Repeated,
     Scheme,
     Subsampled,
     atoms,
@@ -808,53 +807,10 @@ class PLDState:
     delta: Fraction
 
 
-_SINGLE_CHARGES = (
-    PrivacyCost,
-    LaplaceCharge,
-    GaussianCharge,
-    DiscreteLaplaceCharge,
-    DiscreteGaussianCharge,
-    RandomizedResponseCharge,
-    BoundedRangeCharge,
-    Subsampled,
-    Parallel,
-)
-
-
-def _as_charges(plan: Any) -> list[Charge]:
-    """Read a plan: ``(charge, k)``, a list of charges and ``(charge, k)`` pairs, or a
-    `Plan` (its runs of costs)."""
-    runs = getattr(plan, "runs", None)
-    if runs is not None:
-        plan = list(runs)
-    if isinstance(plan, (Repeated, *_SINGLE_CHARGES)):
-        plan = [plan]
-    if (
-        isinstance(plan, tuple)
-        and len(plan) == 2
-        and isinstance(plan[1], int)
-        and not isinstance(plan[1], bool)
-        and not isinstance(plan[0], (int, float, str, Fraction))
-    ):
-        plan = [plan]
-    if plan is None or isinstance(plan, (str, bytes)) or not isinstance(plan, Iterable):
-        raise ConfigError(
-            "the pld rule is proven for a declared plan: pass plan=(charge, k) or a list "
-            "of charges when the accountant is created"
-        )
-    charges: list[Charge] = []
-    for item in plan:
-        if isinstance(item, tuple) and len(item) == 2:
-            charges.append(Repeated(item[0], item[1]))
-        else:
-            charges.append(item)
-    return charges
-
-
 def plan_runs(plan: Any) -> list[tuple[Charge, int]]:
-    """A declared plan read as ``(atom, count)`` runs, in order (see `_as_charges()`)."""
+    """A declared plan read as ``(atom, count)`` runs, in order (see `as_charges()`)."""
     runs: list[tuple[Charge, int]] = []
-    for charge in _as_charges(plan):
+    for charge in as_charges(plan):
         runs.extend(atoms(charge))
     return runs
 
@@ -909,7 +865,7 @@ class PLDRule(Rule[PLDState]):
         value_discretization_interval: Any = DEFAULT_INTERVAL,
         tail_mass: Any = DEFAULT_TAIL_MASS,
     ) -> None:
-        charges = _as_charges(plan)
+        charges = as_charges(plan)
         if target_delta is None:
             if budget is None:
                 raise ConfigError("the pld rule needs target_delta (or budget=)")

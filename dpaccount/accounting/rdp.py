@@ -46,7 +46,7 @@ from typing import Any
 import attrs
 import numpy as np
 import numpy.typing as npt
-from scipy import integrate, optimize, special
+from scipy import special
 
 from dpaccount._numeric import (
     check_delta,
@@ -59,7 +59,7 @@ from dpaccount._numeric import (
     gaussian_delta_up,
     up,
 )
-from dpaccount.accounting._plans import DeclaredPlan
+from dpaccount.accounting._plans import DeclaredPlan, as_charges
 from dpaccount.charges import (
     SCHEME_RELATION,
     Atom,
@@ -130,6 +130,29 @@ def _check_order(alpha: float) -> float:
     if isinstance(alpha, bool) or not alpha > 1 or math.isinf(alpha):
         raise InvalidCostError("alpha", alpha, "the order must be a finite number > 1")
     return float(alpha)
+
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def _minimize_bounded(f: Callable[[float], float], lo: float, hi: float, xatol: float) -> float:
+    """A minimiser of a unimodal ``f`` on [lo, hi] to within ``xatol``, by golden-section
+    search (Kiefer 1953). Only where the optimum lies depends on it, never whether a
+    bound holds: every caller re-evaluates a valid bound at the returned point. (No
+    scipy.optimize: importing it costs ~0.1 s, more than a warm call.)"""
+    a, b = lo, hi
+    c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
+    fc, fd = f(c), f(d)
+    while b - a > xatol:
+        if fc <= fd:
+            b, d, fd = d, c, fc
+            c = b - _GOLDEN * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + _GOLDEN * (b - a)
+            fd = f(d)
+    return c if fc <= fd else d
 
 
 def gaussian_rdp(sigma: Any, sensitivity: Any, alpha: float) -> float:
@@ -345,15 +368,12 @@ def _sgm_log_a(q: float, sigma: float, alpha: float) -> float:
         )
 
     # Find the mode to centre the integration (the integrand is log-concave-ish).
-    res = optimize.minimize_scalar(
-        lambda z: -log_integrand(z),
-        bounds=(-50 * sigma, 50 * sigma + alpha),
-        method="bounded",
-        options={"xatol": 1e-10},
-    )
-    mode = float(res.x)
+    mode = _minimize_bounded(lambda z: -log_integrand(z), -50 * sigma, 50 * sigma + alpha,
+                             1e-10)
     peak = log_integrand(mode)
     width = sigma * 40 + 10
+    from scipy import integrate  # only fractional orders need it (~0.13 s to import)
+
     value, _err = integrate.quad(
         lambda z: math.exp(log_integrand(z) - peak),
         mode - width,
@@ -579,9 +599,7 @@ def sgm_epsilon(
         rdp = steps * subsampled_gaussian_rdp(q, sigma, alpha)
         return float(_conversion(np.array([rdp]), np.array([alpha]), d)[0])
 
-    res = optimize.minimize_scalar(objective, bounds=(lo, hi), method="bounded",
-                                   options={"xatol": 1e-3})
-    return min(best, _round_eps(objective(float(res.x))))
+    return min(best, _round_eps(objective(_minimize_bounded(objective, lo, hi, 1e-3))))
 
 
 def _conversion(rdp: Array, orders: Array, delta: float) -> Array:
@@ -634,9 +652,7 @@ def _refined_epsilon(
     def objective(alpha: float) -> float:
         return float(_conversion(np.array([rdp_at(alpha)]), np.array([alpha]), delta)[0])
 
-    res = optimize.minimize_scalar(objective, bounds=(lo, hi), method="bounded",
-                                   options={"xatol": 1e-6})
-    refined = objective(float(res.x))  # re-evaluated: any order gives a valid bound
+    refined = objective(_minimize_bounded(objective, lo, hi, 1e-6))  # any order is valid
     return min(best, _round_eps(refined))
 
 
@@ -923,8 +939,6 @@ class RDPRule(Rule[RDPState]):
             self._set_plan(plan)
 
     def _set_plan(self, plan: Any) -> None:
-        from dpaccount.accounting.pld import _as_charges
-
         if plan is None:
             raise ConfigError(
                 "the rdp rule with adaptive=False is proven for a declared plan (Renyi "
@@ -932,7 +946,7 @@ class RDPRule(Rule[RDPState]):
                 "or a list of charges, or use adaptive=True (a Renyi filter) for "
                 "parameters chosen at run time"
             )
-        self._plan = DeclaredPlan(_as_charges(plan), "rdp (adaptive=False)",
+        self._plan = DeclaredPlan(as_charges(plan), "rdp (adaptive=False)",
                                   "use adaptive=True, a Renyi filter")
         self._items = self._plan.items
         # The whole plan's RDP in floats: each value is rounded up, and the sum of n
@@ -983,9 +997,7 @@ class RDPRule(Rule[RDPState]):
             )
             return float(_conversion(np.array([total]), np.array([alpha]), self._delta)[0])
 
-        res = optimize.minimize_scalar(objective, bounds=(lo, hi), method="bounded",
-                                       options={"xatol": 1e-3})
-        value = objective(float(res.x))  # re-evaluated at the order actually used
+        value = objective(_minimize_bounded(objective, lo, hi, 1e-3))  # at the order used
         if not math.isfinite(value):
             return None
         return up(_round_eps(value))
