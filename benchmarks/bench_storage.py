@@ -17,6 +17,12 @@ Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
    (synchronous commit under the row lock). Goal: 8 writers on one ledger faster than
    1. ``--modes within/group,conditional/group`` (comma-separated) restricts the rows;
    ``--no-sqlite`` skips part 1.
+3. ``--filters``: 4 writer processes on one ledger for each rule (basic, filter, rdp,
+   gdp), on SQLite and PostgreSQL, each run paired with the raw rate of 4 processes
+   doing one-row transactions on the same database (raw, ledger, raw, alternating, at
+   least 3 repeats; min and median of the ratio to the mean of the two raw runs around
+   it). Every rule but basic decides under the store's lock (``append_decided``), basic
+   on the store's sums. Goal (issue 16): ratio >= 0.5 for every rule.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import sqlite3
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 from dpaccount.accountant import Accountant
 from dpaccount.composition import BasicRule
@@ -127,7 +134,13 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES),
                         help="PostgreSQL rows as locking/commit, comma-separated")
     parser.add_argument("--no-sqlite", action="store_true", help="skip the SQLite part")
+    parser.add_argument("--filters", action="store_true",
+                        help="only part 3: every rule with 4 processes, paired with raw")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    if args.filters:
+        filters_part(args.pg, args.seconds, args.repeats)
+        return
     if not args.no_sqlite:
         sqlite_part(args.n)
     pg_part(args.pg, args.seconds, args.modes.split(","))
@@ -168,6 +181,131 @@ def pg_part(url: str, seconds: float, modes: list[str]) -> None:
         spread = pg_rate(url, 8, mode, seconds, separate=True)
         print(f"{mode:<20}{one:10.0f}{shared:22.0f}{shared / one:8.2f}"
               f"{spread:23.0f}{spread / one:8.2f}", flush=True)
+
+
+# -- part 3: every rule with 4 processes, paired with the raw rate -------------------
+
+FILTER_BUDGET = Budget(10**9, "0.5")
+WRITERS = 4
+
+
+def _rule_charge(rule: str) -> object:
+    from dpaccount.charges import GaussianCharge
+
+    if rule == "gdp":
+        return GaussianCharge(sigma=10**6, sensitivity=1, epsilon="0.001")
+    return COST
+
+
+def _raw_writer(kind: str, target: str, seconds: float, go: multiprocessing.synchronize.Event,
+                out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    payload = "x" * 300
+    done = 0
+    if kind == "sqlite":
+        conn = sqlite3.connect(target, isolation_level=None, timeout=60)
+        conn.execute("PRAGMA synchronous = FULL")
+        go.wait()
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (payload) VALUES (?)", (payload,))
+            conn.execute("COMMIT")
+            done += 1
+        conn.close()
+    else:
+        import psycopg
+
+        url, table = target.rsplit("#", 1)
+        with psycopg.connect(url, autocommit=True) as pg:
+            go.wait()
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pg.execute(f"INSERT INTO {table} (payload) VALUES (%s)", (payload,))
+                done += 1
+    out.put(done)
+
+
+def _ledger_writer(url: str, rule: str, seconds: float, go: multiprocessing.synchronize.Event,
+                   out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    from dpaccount.ledgers import open_ledger
+
+    acct = open_ledger(url, name="bench", budget=FILTER_BUDGET, rule=rule)
+    if os.environ.get("BENCH_FORCE_CAS"):  # the compare-and-append path, for comparison
+        acct._deciding_store = None
+    charge = _rule_charge(rule)
+    go.wait()
+    done, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        acct.charge(charge)  # type: ignore[arg-type]
+        done += 1
+    acct.store.close()
+    out.put(done)
+
+
+def _processes(target: Callable[..., None], args: tuple[object, ...], seconds: float) -> float:
+    ctx = multiprocessing.get_context("fork")
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, seconds, go, out))
+             for _ in range(WRITERS)]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)
+    go.set()
+    total = sum(out.get(timeout=seconds + 120) for _ in procs)
+    for p in procs:
+        p.join()
+    return float(total) / seconds
+
+
+def filters_part(pg: str, seconds: float, repeats: int) -> None:
+    import statistics
+
+    rules = ("basic", "filter", "rdp", "gdp")
+    backends: list[tuple[str, Callable[[str], tuple[str, str]]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+
+        def sqlite_targets(tag: str) -> tuple[str, str]:
+            raw = os.path.join(tmp, f"raw-{tag}.db")
+            conn = sqlite3.connect(raw, isolation_level=None)
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, payload TEXT NOT NULL)")
+            conn.close()
+            return raw, f"sqlite:///{os.path.join(tmp, f'ledger-{tag}.db')}"
+
+        backends.append(("sqlite", sqlite_targets))
+        try:
+            import psycopg
+
+            psycopg.connect(pg, connect_timeout=3).close()
+
+            def pg_targets(tag: str) -> tuple[str, str]:
+                schema = f"dpacct_bench_{uuid.uuid4().hex[:8]}"
+                with psycopg.connect(pg, autocommit=True) as conn:
+                    conn.execute(f'CREATE SCHEMA "{schema}"')
+                    conn.execute(f'CREATE TABLE "{schema}".t (id bigserial PRIMARY KEY, '
+                                 "payload text NOT NULL)")
+                sep = "&" if "?" in pg else "?"
+                return f'{pg}#"{schema}".t', f"{pg}{sep}schema={schema}"
+
+            backends.append(("postgres", pg_targets))
+        except Exception as exc:  # no PostgreSQL here: SQLite only
+            print(f"PostgreSQL skipped: {type(exc).__name__}")
+        print(f"{WRITERS} processes, {seconds:g} s a run, {repeats} repeats; "
+              "ratio = ledger / mean(raw before, raw after)")
+        for backend, targets in backends:
+            for rule in rules:
+                ratios, rates = [], []
+                for i in range(repeats):
+                    raw_target, url = targets(f"{rule}{i}")
+                    kind = "sqlite" if backend == "sqlite" else "postgres"
+                    before = _processes(_raw_writer, (kind, raw_target), seconds)
+                    ours = _processes(_ledger_writer, (url, rule), seconds)
+                    after = _processes(_raw_writer, (kind, raw_target), seconds)
+                    ratios.append(ours / ((before + after) / 2))
+                    rates.append(ours)
+                print(f"  {backend:9s} {rule:7s} {statistics.median(rates):8.0f} charges/s  "
+                      f"ratio to raw min {min(ratios):.2f} median "
+                      f"{statistics.median(ratios):.2f} (goal >= 0.5)", flush=True)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ from dpaccount.errors import (
 )
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerMeta, LedgerRecord
-from dpaccount.storage.base import Store, SumLimitedStore
+from dpaccount.storage.base import DecidingStore, Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 
 __all__ = ["Accountant", "ledger_settings"]
@@ -182,6 +182,16 @@ class Accountant:
             and not isinstance(self._store, MemoryStore)
         ):
             self._sum_store = self._store
+        # Every other rule tries compare-and-append first (its decision outside any lock)
+        # and, after losing a race, decides under the store's own lock where the store
+        # offers it: at most one lost race per charge.
+        self._deciding_store: DecidingStore | None = None
+        if (
+            self._sum_store is None
+            and isinstance(self._store, DecidingStore)
+            and not isinstance(self._store, MemoryStore)
+        ):
+            self._deciding_store = self._store
         self._lock = threading.RLock()
         stored = self._store.initialize(meta)
         if stored != meta:
@@ -359,6 +369,10 @@ class Accountant:
                 )
                 if self._sum_store is not None:
                     return self._append_within_sums(self._sum_store, record, charge, query_id)
+                if self._deciding_store is not None and _attempt > 0:
+                    # Lost a race already: decide under the store's lock this time, so
+                    # a charge loses at most one race however many writers there are.
+                    return self._append_decided(self._deciding_store, record, charge, query_id)
                 try:
                     self._store.append(self._head, record)
                 except LedgerConflictError:
@@ -462,6 +476,49 @@ class Accountant:
                 seq=result.seq,
             )
         self._state = new_state
+        self._head += 1
+        return attrs.evolve(record, seq=result.seq)
+
+    def _append_decided(
+        self, store: DecidingStore, record: LedgerRecord, charge: Charge, query_id: str | None
+    ) -> LedgerRecord:
+        """Decide under the store's write lock: fold in what other writers appended, apply
+        the rule, and append at the current head in the same transaction."""
+        seen: dict[str, Any] = {}
+
+        def decide(missed: Sequence[LedgerRecord]) -> bool:
+            state, head = self._state, self._head
+            for other in missed:
+                if other.seq != head:
+                    raise LedgerCorruptError(
+                        f"expected record {head}, read record {other.seq}", seq=other.seq
+                    )
+                state = self._rule.extend(state, other.charge)
+                head += 1
+            new_state = self._rule.extend(state, charge)
+            fits = self._admits(new_state)
+            seen.update(state=state, head=head, new_state=new_state, fits=fits)
+            return fits
+
+        try:
+            result = store.append_decided(self._head, record, decide)
+        except LedgerConflictError:
+            self._catch_up()
+            if query_id is not None:
+                self._refuse_duplicate(query_id)
+            raise
+        self._state, self._head = seen["state"], seen["head"]
+        if not result.appended:
+            if not self._rule.admits(seen["new_state"], self._budget):
+                raise self._refusal(record.cost, seen["new_state"])
+            self._refuse_large_delta(record.cost, seen["new_state"])
+            raise LedgerCorruptError("the store refused a charge that its decision admitted")
+        if result.seq != self._head:
+            raise LedgerCorruptError(
+                f"the store appended at {result.seq}, after reporting {self._head} records",
+                seq=result.seq,
+            )
+        self._state = seen["new_state"]
         self._head += 1
         return attrs.evolve(record, seq=result.seq)
 

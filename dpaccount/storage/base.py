@@ -9,7 +9,7 @@ its running total, decides again and retries.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Protocol, runtime_checkable
 
@@ -17,7 +17,7 @@ import attrs
 
 from dpaccount.records import LedgerMeta, LedgerRecord
 
-__all__ = ["AppendResult", "Store", "SumLimitedStore"]
+__all__ = ["AppendResult", "DecidingStore", "Store", "SumLimitedStore"]
 
 
 @runtime_checkable
@@ -105,6 +105,40 @@ class SumLimitedStore(Protocol):
             epsilon_limit: The epsilon sum may not exceed this (None: no limit).
             delta_limit: The delta sum may not exceed this.
             delta_below: If given, the delta sum must stay strictly below it.
+
+        Raises:
+            LedgerConflictError: The record's ``query_id`` is already stored.
+            StorageError: The store failed; nothing was written.
+        """
+        ...
+
+
+@runtime_checkable
+class DecidingStore(Protocol):
+    """An optional capability: let the caller decide under the store's own write lock.
+
+    For rules whose state is not a pair of sums (the filters, Renyi DP, plans), the
+    accountant's decision is a function of the records. This call takes the store's
+    write lock, reads the records other writers appended since ``known_head``, calls
+    ``decide(missed)`` while still holding the lock, and appends ``record`` at the current
+    head if it returns True, all in one transaction: concurrent writers are serialised,
+    so none of them loses a compare-and-append race and retries.
+    """
+
+    def append_decided(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        decide: Callable[[Sequence[LedgerRecord]], bool],
+    ) -> AppendResult:
+        """Append ``record`` (re-numbered to the current head) if ``decide`` says so.
+
+        Args:
+            known_head: How many records the caller has seen; ``missed`` starts there.
+            record: The record, numbered ``known_head``; stored with the actual head.
+            decide: Called under the lock with the missed records, validated, in order;
+                it may be called again if the store retries the transaction, so it must
+                depend only on its argument.
 
         Raises:
             LedgerConflictError: The record's ``query_id`` is already stored.

@@ -65,6 +65,8 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any, Literal, TypeVar
 
+import attrs
+
 from dpaccount.errors import (
     ConfigError,
     LedgerConflictError,
@@ -649,6 +651,95 @@ class PostgresStore:
                 tip = tip.after(missed_record, row[3])
             self._tip_cache = tip.after(record, record_hash) if appended else tip
         return AppendResult(appended, head, tuple(missed))
+
+    def append_decided(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        decide: Callable[[Sequence[LedgerRecord]], bool],
+    ) -> AppendResult:
+        """Append ``record`` at the current head if ``decide(missed)`` says so, under the
+        ledger row's lock (``SELECT ... FOR UPDATE``) in one transaction (see
+        `DecidingStore`): the records other writers appended since
+        ``known_head`` are read and checked under the lock and handed to ``decide``; the
+        record is stored re-numbered to the head found. Commit modes as `append()`.
+
+        Raises:
+            LedgerConflictError: ``record.query_id`` is already recorded.
+            LedgerCorruptError: Fewer records than ``known_head``, or a record read back
+                fails validation.
+            StorageError: Lock timeout or a database error; nothing was written.
+        """
+        if record.seq != known_head:
+            raise LedgerConflictError(
+                f"record seq {record.seq} does not match the known head {known_head}"
+            )
+        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+        s = self._s
+
+        def insert(cur: Any) -> tuple[bool, LedgerTip, list[LedgerRecord]]:
+            if self.commit == "group":
+                cur.execute("SET LOCAL synchronous_commit = off")
+            cur.execute(
+                f"SELECT head, last_hash, epsilon_sum, delta_sum FROM {s}.ledgers "
+                "WHERE name = %s FOR UPDATE",
+                (self.name,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise StorageError(f"ledger {self.name!r} is not initialized")
+            tip = LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
+                            parse_frac(row[3], "delta_sum"))
+            if tip.head < known_head:
+                raise LedgerCorruptError(
+                    f"the ledger holds {tip.head} records, fewer than the {known_head} "
+                    "already seen", seq=tip.head,
+                )
+            missed: list[LedgerRecord] = []
+            if tip.head > known_head:
+                cur.execute(
+                    f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s "
+                    "AND seq >= %s ORDER BY seq",
+                    (self.name, known_head - 1 if known_head > 0 else 0),
+                )
+                rows: list[RecordRow] = cur.fetchall()
+                prev = GENESIS_HASH
+                if known_head > 0:
+                    if not rows or rows[0][0] != known_head - 1:
+                        raise LedgerCorruptError(
+                            f"record {known_head - 1} is missing", seq=known_head - 1
+                        )
+                    prev = rows.pop(0)[3]
+                missed = check_records(rows, known_head, prev)
+                if known_head + len(missed) != tip.head or rows[-1][3] != tip.last_hash:
+                    raise LedgerCorruptError(
+                        f"the ledger's cached tip (head {tip.head}) disagrees with its "
+                        "records", seq=tip.head,
+                    )
+            if not decide(missed):
+                return False, tip, missed
+            payload = f"{prefix}{tip.head}{suffix}"
+            record_hash = chain_hash_payload(tip.last_hash, payload)
+            numbered = attrs.evolve(record, seq=tip.head)
+            new = tip.after(numbered, record_hash)
+            self._insert_record(cur, numbered, payload, tip.last_hash, record_hash)
+            cur.execute(
+                f"UPDATE {s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
+                "delta_sum = %s WHERE name = %s",
+                (new.head, new.last_hash, frac_text(new.epsilon_sum),
+                 frac_text(new.delta_sum), self.name),
+            )
+            return True, new, missed
+
+        self._tip_cache = None
+        self._prefetch = None
+        appended, tip, missed = self._write(insert)
+        if appended:
+            if self.commit == "group":
+                self._barrier(tip.last_hash, tip.head - 1)
+            self._tip_cache = tip
+            return AppendResult(True, tip.head - 1, tuple(missed))
+        return AppendResult(False, tip.head, tuple(missed))
 
     def find(self, query_id: str) -> LedgerRecord | None:
         """The record carrying ``query_id``, checked against its own hash, or None."""

@@ -444,6 +444,80 @@ class SQLiteStore:
             )
         return AppendResult(appended, tip.head, tuple(missed))
 
+    def append_decided(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        decide: Callable[[Sequence[LedgerRecord]], bool],
+    ) -> AppendResult:
+        """Append ``record`` at the current head if ``decide(missed)`` says so, in one
+        ``BEGIN IMMEDIATE`` transaction (see `DecidingStore`): the records
+        other writers appended since ``known_head`` are read and validated under the lock,
+        handed to ``decide``, and the record is stored re-numbered to the head found.
+
+        Raises:
+            LedgerConflictError: ``record.query_id`` is already recorded.
+            LedgerCorruptError: The ledger holds fewer records than ``known_head``, or a
+                record read back fails validation.
+            StorageError: The write lock could not be had in time, or SQLite failed;
+                nothing was written.
+        """
+        if record.seq != known_head:
+            raise LedgerConflictError(
+                f"record seq {record.seq} does not match the known head {known_head}"
+            )
+        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+
+        def insert(cur: sqlite3.Cursor) -> tuple[bool, int, list[LedgerRecord]]:
+            tip = self._tip(cur)
+            if tip is None:
+                raise StorageError(f"ledger {self.name!r} is not initialized")
+            self._check_settings()
+            if tip.head < known_head:
+                raise LedgerCorruptError(
+                    f"the ledger holds {tip.head} records, fewer than the {known_head} "
+                    "already seen", seq=tip.head,
+                )
+            missed: list[LedgerRecord] = []
+            if tip.head > known_head:
+                prev = self._prev_hash(cur, known_head)
+                rows = cur.execute(
+                    f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? "
+                    "ORDER BY seq",
+                    (self.name, known_head),
+                ).fetchall()
+                missed = check_records(rows, known_head, prev)
+                if known_head + len(missed) != tip.head or rows[-1][3] != tip.last_hash:
+                    raise LedgerCorruptError(
+                        f"the ledger's cached tip (head {tip.head}) disagrees with its "
+                        "records", seq=tip.head,
+                    )
+            if not decide(missed):
+                return False, tip.head, missed
+            payload = f"{prefix}{tip.head}{suffix}"
+            record_hash = chain_hash_payload(tip.last_hash, payload)
+            new = tip.after(record, record_hash)
+            try:
+                cur.execute(
+                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
+                    (self.name, tip.head, payload, tip.last_hash, record_hash,
+                     record.query_id),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise LedgerConflictError(
+                    f"query_id {record.query_id!r} (or seq {tip.head}) is already recorded"
+                ) from exc
+            cur.execute(
+                "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
+                "WHERE name = ?",
+                (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
+                 new.last_hash, self.name),
+            )
+            return True, tip.head, missed
+
+        appended, seq, missed = self._write(insert)
+        return AppendResult(appended, seq, tuple(missed))
+
     def find(self, query_id: str) -> LedgerRecord | None:
         """The record carrying ``query_id``, checked against its own hash, or None."""
 

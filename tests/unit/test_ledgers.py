@@ -188,3 +188,45 @@ def test_migration_to_a_rule_with_budget_defaults(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="stored settings"):  # n is a stored setting too
         open_ledger(url, name="d", budget=budget, rule="filter", dataset_size=1000)
+
+
+def _admitted(budget: Budget, cost: PrivacyCost, rule: str) -> int:
+    from dpaccount.errors import BudgetExceededError
+
+    acct, n = Accountant(budget, rule=rule), 0
+    while True:
+        try:
+            acct.charge(cost)
+        except BudgetExceededError:
+            return n
+        n += 1
+
+
+def test_a_lost_race_is_decided_under_the_store_lock(tmp_path: Path) -> None:
+    # Two writers on one SQLite ledger under the filter rule. The second is behind:
+    # its compare-and-append loses, and its retry is decided under SQLite's write lock
+    # on the records as they are (append_decided), with the first writer's record in.
+    from dpaccount.errors import BudgetExceededError
+    from dpaccount.storage.sqlite import SQLiteStore as Store
+
+    calls: list[int] = []
+
+    class Counting(Store):
+        def append_decided(self, known_head, record, decide):  # type: ignore[no-untyped-def]
+            calls.append(known_head)
+            return super().append_decided(known_head, record, decide)
+
+    cost = PrivacyCost("0.2")
+    # a budget that admits exactly two such charges (found with an in-memory ledger)
+    budget = next(b for b in (Budget(Fraction(k, 4), "1e-5") for k in range(4, 40))
+                  if _admitted(b, cost, "filter") == 2)
+    path = str(tmp_path / "f.db")
+    first = Accountant(budget, store=Counting(path, name="f"), name="f", rule="filter")
+    second = Accountant(budget, store=Counting(path, name="f"), name="f", rule="filter")
+    first.charge(cost)
+    record = second.charge(cost)
+    assert calls == [1] and record.seq == 1  # lost once, caught up, decided under the lock
+    assert len(second.records) == 2
+    with pytest.raises(BudgetExceededError):
+        first.charge(cost)  # behind by one: refused on the records as they are
+    assert len(first.records) == 2
