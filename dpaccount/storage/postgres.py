@@ -859,18 +859,28 @@ class PostgresStore:
     def _setup(self, conn: Any) -> None:
         # Every statement is idempotent; a schema made before append_within existed
         # gets its function here.
-        present = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
-            "AND to_regprocedure(%s) IS NOT NULL",
-            (f"{self._s}.meta_history", f"{self._s}.{_WITHIN_SIGNATURE}",
-             f"{self._s}.{_TIP_FUNCTION}()"),
-        ).fetchone()[0]
-        if present:
+        def present() -> bool:
+            return bool(conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
+                "AND to_regprocedure(%s) IS NOT NULL",
+                (f"{self._s}.meta_history", f"{self._s}.{_WITHIN_SIGNATURE}",
+                 f"{self._s}.{_TIP_FUNCTION}()"),
+            ).fetchone()[0])
+
+        if present():
             return
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(7346287161)")
-            for statement in _schema_sql(self.schema):
-                conn.execute(statement)
+        # A session lock, then a fresh transaction: a process that waited while another
+        # created the schema checks again in a transaction that starts after that one
+        # committed, and does not re-run the DDL (CREATE TRIGGER's table locks deadlock
+        # with the first process's charges).
+        conn.execute("SELECT pg_advisory_lock(7346287161)")
+        try:
+            with conn.transaction():
+                if not present():
+                    for statement in _schema_sql(self.schema):
+                        conn.execute(statement)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(7346287161)")
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:

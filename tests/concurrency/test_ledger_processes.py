@@ -254,3 +254,37 @@ def _cost_worker(url: str, rule: str, cost: object, n: int,
         acct.store.close()
     finally:
         out.put((accepted, errors))
+
+
+def _open_and_charge(url: str, start: multiprocessing.synchronize.Event,
+                     out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    errors: list[str] = []
+    try:
+        start.wait()
+        acct = open_ledger(url, name="fresh", budget=Budget(10**6, "0.5"), rule="filter")
+        for _ in range(20):
+            acct.charge(COST)
+        acct.store.close()
+    except DPAccountError as exc:
+        errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        out.put(errors)
+
+
+def test_processes_opening_a_fresh_postgres_schema_at_once(schema: str) -> None:
+    # Several processes create the same new schema and charge at once: the one that
+    # waited for the schema lock must not re-run its DDL (that deadlocked with the
+    # first one's charges).
+    url = pg_url(schema)
+    start, out = CTX.Event(), CTX.Queue()
+    workers = [CTX.Process(target=_open_and_charge, args=(url, start, out)) for _ in range(6)]
+    for w in workers:
+        w.start()
+    start.set()
+    errors = [e for _ in workers for e in out.get(timeout=300)]
+    for w in workers:
+        w.join(timeout=60)
+    assert errors == []
+    acct = open_ledger(url, name="fresh", budget=Budget(10**6, "0.5"), rule="filter")
+    assert len(acct.records) == 120
+    acct.store.close()
