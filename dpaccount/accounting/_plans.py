@@ -7,21 +7,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from dpaccount.charges import (
-    Atom,
-    BoundedRangeCharge,
-    Charge,
-    DiscreteGaussianCharge,
-    DiscreteLaplaceCharge,
-    GaussianCharge,
-    LaplaceCharge,
-    Parallel,
-    RandomizedResponseCharge,
-    Repeated,
-    Subsampled,
-    atoms,
-    cost_of,
-)
+from dpaccount.charges import _CHARGE_TYPES, Atom, Charge, Repeated, atoms, cost_of
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, UnsupportedChargeError
 
@@ -79,17 +65,8 @@ class DeclaredPlan:
         return (*used[:index], total, *used[index + 1 :]), self._costs[index]
 
 
-_SINGLE_CHARGES = (
-    PrivacyCost,
-    LaplaceCharge,
-    GaussianCharge,
-    DiscreteLaplaceCharge,
-    DiscreteGaussianCharge,
-    RandomizedResponseCharge,
-    BoundedRangeCharge,
-    Subsampled,
-    Parallel,
-)
+#: One run of one charge (anything but `Repeated`).
+_SINGLE_CHARGES = tuple(kind for kind in _CHARGE_TYPES if kind is not Repeated)
 
 
 def as_charges(plan: Any) -> list[Charge]:

@@ -51,7 +51,7 @@ from dpaccount.composition.heterogeneous import (
     kov_bound,
 )
 from dpaccount.composition.optimal import THEOREM_OPTIMAL, OptimalRule, optimal
-from dpaccount.composition.planning import Plan, as_cost, as_plan
+from dpaccount.composition.planning import Plan, as_cost, as_plan, last_fitting
 from dpaccount.costs import Budget, PrivacyCost, _trusted
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 
@@ -132,16 +132,8 @@ def _prefix_admitted(rule: Rule[Any], runs: list[tuple[Any, int]], budget: Budge
         except (UnsupportedChargeError, InvalidCostError):
             return False
 
-    lo, hi = 0, sum(n for _, n in runs)
-    if fits(hi):
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    total = sum(n for _, n in runs)
+    return total if fits(total) else last_fitting(fits, 0, total)
 
 
 def _tight_filters(runs: list[tuple[Any, int]], budget: Budget, relation: Relation

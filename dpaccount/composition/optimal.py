@@ -48,7 +48,7 @@ from dpaccount._numeric import (
     float_up,
 )
 from dpaccount.composition.base import Adaptivity
-from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost
+from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost, last_fitting
 from dpaccount.costs import Budget, PrivacyCost, _trusted
 from dpaccount.errors import ConfigError, InvalidCostError
 
@@ -379,13 +379,7 @@ class OptimalRule(FixedPlanRule):
             except InvalidCostError:
                 return False
 
-        lo, hi = 0, self.k + 1  # fits(lo) (nothing spent); hi is past the plan
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
+        lo = last_fitting(fits, 0, self.k + 1)  # fits(0): nothing spent; k + 1: past
         if len(self._through) > 16:
             self._through.clear()
         self._through[budget] = lo

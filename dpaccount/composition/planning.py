@@ -21,7 +21,7 @@ Examples:
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from fractions import Fraction
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "PlanState",
     "as_cost",
     "as_plan",
+    "last_fitting",
     "max_queries",
     "per_query_epsilon",
     "remaining_per_query",
@@ -412,6 +413,19 @@ def max_queries(rule: Rule[Any], state: Any, budget: Budget, cost: Any) -> int |
         hi *= 2
         if hi > _MAX_SEARCH:
             return None
+    return last_fitting(fits, lo, hi)
+
+
+def last_fitting(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The largest j in [lo, hi) with ``fits(j)``, by bisection.
+
+    ``fits`` must be monotone (true up to some point, false after), ``fits(lo)`` true and
+    ``fits(hi)`` false (or ``hi`` past the range searched).
+
+    Examples:
+        >>> last_fitting(lambda j: j * j <= 50, 0, 100)
+        7
+    """
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if fits(mid):

@@ -492,25 +492,13 @@ class PostgresStore:
     def read(self, start: int = 0) -> Sequence[LedgerRecord]:
         """The records with ``seq >= start``, decoded and checked against the chain."""
         start = max(int(start), 0)
-        s = self._s
         prefetch = self._fresh_prefetch()
         self._prefetch = None
         if prefetch is not None and prefetch[0] == start:
             return prefetch[1]
 
         def get(conn: Any) -> list[LedgerRecord]:
-            # One statement (one snapshot, one round trip): record start - 1 gives the
-            # hash the rest must continue.
-            rows: list[RecordRow] = conn.execute(
-                f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s AND seq >= %s "
-                "ORDER BY seq",
-                (self.name, start - 1 if start > 0 else 0),
-            ).fetchall()
-            prev = GENESIS_HASH
-            if start > 0:
-                if not rows or rows[0][0] != start - 1:
-                    raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
-                prev = rows.pop(0)[3]
+            prev, rows = self._rows_since(conn, start)
             seen = self._seen
             if seen is not None and seen[0] == start and seen[1] != prev:
                 raise LedgerCorruptError(
@@ -697,19 +685,7 @@ class PostgresStore:
                 )
             missed: list[LedgerRecord] = []
             if tip.head > known_head:
-                cur.execute(
-                    f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s "
-                    "AND seq >= %s ORDER BY seq",
-                    (self.name, known_head - 1 if known_head > 0 else 0),
-                )
-                rows: list[RecordRow] = cur.fetchall()
-                prev = GENESIS_HASH
-                if known_head > 0:
-                    if not rows or rows[0][0] != known_head - 1:
-                        raise LedgerCorruptError(
-                            f"record {known_head - 1} is missing", seq=known_head - 1
-                        )
-                    prev = rows.pop(0)[3]
+                prev, rows = self._rows_since(cur, known_head)
                 missed = check_records(rows, known_head, prev)
                 if known_head + len(missed) != tip.head or rows[-1][3] != tip.last_hash:
                     raise LedgerCorruptError(
@@ -937,6 +913,21 @@ class PostgresStore:
                 return body(conn.cursor())
 
         return self._call(run)
+
+    def _rows_since(self, executor: Any, start: int) -> tuple[str, list[RecordRow]]:
+        """The hash of record ``start - 1`` and the rows from ``start`` on, in one
+        statement (one snapshot, one round trip)."""
+        rows: list[RecordRow] = executor.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM {self._s}.records WHERE ledger = %s "
+            "AND seq >= %s ORDER BY seq",
+            (self.name, start - 1 if start > 0 else 0),
+        ).fetchall()
+        prev = GENESIS_HASH
+        if start > 0:
+            if not rows or rows[0][0] != start - 1:
+                raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
+            prev = rows.pop(0)[3]
+        return prev, rows
 
     def _fetchone(self, query: str, params: tuple[Any, ...]) -> Any:
         return self._call(lambda conn: conn.execute(query, params).fetchone())

@@ -411,25 +411,7 @@ class SQLiteStore:
             if not within_limits(tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
                                  epsilon_limit, delta_limit, delta_below):
                 return False, tip, prev, rows
-            payload = f"{prefix}{tip.head}{suffix}"
-            record_hash = chain_hash_payload(tip.last_hash, payload)
-            new = tip.after(record, record_hash)
-            try:
-                cur.execute(
-                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
-                    (self.name, tip.head, payload, tip.last_hash, record_hash,
-                     record.query_id),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise LedgerConflictError(
-                    f"query_id {record.query_id!r} (or seq {tip.head}) is already recorded"
-                ) from exc
-            cur.execute(
-                "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
-                "WHERE name = ?",
-                (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
-                 new.last_hash, self.name),
-            )
+            self._store_at_head(cur, tip, record, prefix, suffix)
             return True, tip, prev, rows
 
         appended, tip, prev, rows = self._write(insert)
@@ -494,29 +476,34 @@ class SQLiteStore:
                     )
             if not decide(missed):
                 return False, tip.head, missed
-            payload = f"{prefix}{tip.head}{suffix}"
-            record_hash = chain_hash_payload(tip.last_hash, payload)
-            new = tip.after(record, record_hash)
-            try:
-                cur.execute(
-                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
-                    (self.name, tip.head, payload, tip.last_hash, record_hash,
-                     record.query_id),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise LedgerConflictError(
-                    f"query_id {record.query_id!r} (or seq {tip.head}) is already recorded"
-                ) from exc
-            cur.execute(
-                "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
-                "WHERE name = ?",
-                (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
-                 new.last_hash, self.name),
-            )
+            self._store_at_head(cur, tip, record, prefix, suffix)
             return True, tip.head, missed
 
         appended, seq, missed = self._write(insert)
         return AppendResult(appended, seq, tuple(missed))
+
+    def _store_at_head(self, cur: sqlite3.Cursor, tip: LedgerTip, record: LedgerRecord,
+                       prefix: str, suffix: str) -> None:
+        """Insert ``record`` numbered with the tip's head and advance the tip (in the
+        caller's write transaction)."""
+        payload = f"{prefix}{tip.head}{suffix}"
+        record_hash = chain_hash_payload(tip.last_hash, payload)
+        new = tip.after(record, record_hash)
+        try:
+            cur.execute(
+                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
+                (self.name, tip.head, payload, tip.last_hash, record_hash, record.query_id),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise LedgerConflictError(
+                f"query_id {record.query_id!r} (or seq {tip.head}) is already recorded"
+            ) from exc
+        cur.execute(
+            "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
+            "WHERE name = ?",
+            (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum), new.last_hash,
+             self.name),
+        )
 
     def find(self, query_id: str) -> LedgerRecord | None:
         """The record carrying ``query_id``, checked against its own hash, or None."""

@@ -143,80 +143,23 @@ def test_kill_nine_postgres(schema: str, tmp_path: Path) -> None:
     _kill_loop(pg_url(schema), tmp_path, rounds=20)
 
 
-def _filter_worker(url: str, rule: str, n: int, start: multiprocessing.synchronize.Event,
-                   out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    accepted = 0
-    errors: list[str] = []
-    try:
-        acct = open_ledger(url, name="filters", budget=FILTER_BUDGET, rule=rule)
-        start.wait()
-        for _ in range(n):
-            try:
-                acct.charge(FILTER_COST)
-                accepted += 1
-            except BudgetExceededError:
-                pass
-            except DPAccountError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-        acct.store.close()
-    finally:
-        out.put((accepted, errors))
-
-
 FILTER_BUDGET = Budget(1, "1e-5")
 FILTER_COST = PrivacyCost("0.02")
 
 
-@pytest.mark.parametrize("rule", ["filter", "rdp"])
-def test_filters_decide_under_the_store_lock_sqlite(tmp_path: Path, rule: str) -> None:
-    # 6 processes race on one filter ledger; each decision is made under SQLite's write
-    # lock on the records as they are, so exactly as many equal charges are admitted as
-    # one process admits alone (the reference, computed in memory).
+def _race_rule(url: str, rule: str, cost: object) -> None:
+    """6 processes race on one ledger under ``rule``: exactly as many equal charges are
+    admitted as one process admits alone (the reference, computed in memory)."""
     from dpaccount.accountant import Accountant
 
     alone = Accountant(FILTER_BUDGET, rule=rule)
     expected = 0
     while True:
         try:
-            alone.charge(FILTER_COST)
+            alone.charge(cost)  # type: ignore[arg-type]
         except BudgetExceededError:
             break
         expected += 1
-    url = f"sqlite:///{tmp_path / 'filters.db'}"
-    open_ledger(url, name="filters", budget=FILTER_BUDGET, rule=rule).store.close()
-    start, out = CTX.Event(), CTX.Queue()
-    workers = [CTX.Process(target=_filter_worker, args=(url, rule, 40, start, out))
-               for _ in range(6)]
-    for w in workers:
-        w.start()
-    start.set()
-    results = [out.get(timeout=300) for _ in workers]
-    for w in workers:
-        w.join(timeout=60)
-    assert [e for _, errs in results for e in errs] == []
-    assert sum(a for a, _ in results) == expected
-    acct = open_ledger(url, name="filters", budget=FILTER_BUDGET, rule=rule)
-    assert len(acct.records) == expected
-    assert acct.spent == alone.spent
-    acct.store.close()
-
-
-@pytest.mark.parametrize("rule", ["filter", "gdp"])
-def test_filters_decide_under_the_row_lock_postgres(schema: str, rule: str) -> None:
-    from dpaccount.accountant import Accountant
-    from dpaccount.charges import GaussianCharge
-
-    cost = FILTER_COST if rule == "filter" else GaussianCharge(sigma=4, sensitivity=1,
-                                                              epsilon="0.1")
-    alone = Accountant(FILTER_BUDGET, rule=rule)
-    expected = 0
-    while True:
-        try:
-            alone.charge(cost)
-        except BudgetExceededError:
-            break
-        expected += 1
-    url = pg_url(schema)
     open_ledger(url, name="filters", budget=FILTER_BUDGET, rule=rule).store.close()
     start, out = CTX.Event(), CTX.Queue()
     workers = [CTX.Process(target=_cost_worker, args=(url, rule, cost, 40, start, out))
@@ -233,6 +176,21 @@ def test_filters_decide_under_the_row_lock_postgres(schema: str, rule: str) -> N
     assert len(acct.records) == expected
     assert acct.spent == alone.spent
     acct.store.close()
+
+
+@pytest.mark.parametrize("rule", ["filter", "rdp"])
+def test_filters_decide_under_the_store_lock_sqlite(tmp_path: Path, rule: str) -> None:
+    # a lost race is decided again under SQLite's write lock on the records as they are
+    _race_rule(f"sqlite:///{tmp_path / 'filters.db'}", rule, FILTER_COST)
+
+
+@pytest.mark.parametrize("rule", ["filter", "gdp"])
+def test_filters_decide_under_the_row_lock_postgres(schema: str, rule: str) -> None:
+    from dpaccount.charges import GaussianCharge
+
+    cost = FILTER_COST if rule == "filter" else GaussianCharge(sigma=4, sensitivity=1,
+                                                              epsilon="0.1")
+    _race_rule(pg_url(schema), rule, cost)
 
 
 def _cost_worker(url: str, rule: str, cost: object, n: int,
