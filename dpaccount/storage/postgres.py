@@ -190,9 +190,9 @@ _TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
 
 #: The server-side function behind `PostgresStore.append_within()` (its signature;
 #: the name carries a version so a changed body gets a new function).
-_WITHIN_FUNCTION = "dpaccount_append_within_v1"
+_WITHIN_FUNCTION = "dpaccount_append_within_v2"
 _WITHIN_SIGNATURE = f"{_WITHIN_FUNCTION}(text, bigint, text, text, text, text, text, text, " \
-    "text, text, text)"
+    "text, text, text, text)"
 
 
 def _function_sources(schema: str) -> dict[str, str]:
@@ -229,20 +229,26 @@ def _append_within_sql(s: str) -> str:
     return f"""
 CREATE OR REPLACE FUNCTION {s}.{_WITHIN_FUNCTION}(
     p_name text, p_known bigint, p_anchor text, p_prefix text, p_suffix text, p_qid text,
-    p_eps text, p_delta text, p_eps_limit text, p_delta_limit text, p_delta_below text)
+    p_eps text, p_delta text, p_eps_limit text, p_delta_limit text, p_delta_below text,
+    p_meta text)
 RETURNS TABLE (r_seq bigint, r_payload text, r_prev text, r_hash text, r_qid text,
                r_status text)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     v_head bigint; v_last text; v_eps text; v_delta text;
     en numeric; ed numeric; dn numeric; dd numeric; g numeric;
-    v_ok boolean; v_payload text; v_hash text; v_anchor text;
+    v_ok boolean; v_payload text; v_hash text; v_anchor text; v_meta text;
 BEGIN
-    SELECT l.head, l.last_hash, l.epsilon_sum, l.delta_sum
-      INTO v_head, v_last, v_eps, v_delta
+    SELECT l.head, l.last_hash, l.epsilon_sum, l.delta_sum, l.meta
+      INTO v_head, v_last, v_eps, v_delta, v_meta
       FROM {s}.ledgers l WHERE l.name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'dpaccount ledger % is not initialized', p_name;
+    END IF;
+    IF p_meta IS NOT NULL AND v_meta IS DISTINCT FROM p_meta THEN
+        r_seq := v_head; r_prev := v_last; r_status := 'migrated';
+        RETURN NEXT;
+        RETURN;
     END IF;
     IF v_head < p_known THEN
         r_seq := v_head; r_prev := v_last; r_status := 'behind';
@@ -357,9 +363,12 @@ class PostgresStore:
         # query per append: ($1 name, $2 seq, $3 prev, $4 head, $5 hash, $6 eps,
         # $7 delta, $8 payload, $9 query_id).
         self._prepare_sql = {
-            "dpaccount_append": "(text, bigint, text, bigint, text, text, text, text, text) AS "
-            f"WITH u AS (UPDATE {self._s}.ledgers SET head = $4, last_hash = $5, "
+            # Appends only if the head, the last hash and the settings ($10; NULL: not
+            # checked) are what this store expects.
+            "dpaccount_append": "(text, bigint, text, bigint, text, text, text, text, text, "
+            f"text) AS WITH u AS (UPDATE {self._s}.ledgers SET head = $4, last_hash = $5, "
             "epsilon_sum = $6, delta_sum = $7 WHERE name = $1 AND head = $2 AND last_hash = $3 "
+            "AND ($10::text IS NULL OR meta = $10) "
             f"RETURNING name) INSERT INTO {self._s}.records SELECT name, $2, $8, $3, $5, $9 "
             "FROM u",
             # Writes one WAL record (so its commit must flush) only if our record is stored.
@@ -372,8 +381,8 @@ class PostgresStore:
             f"{self._s}.records WHERE ledger = $1 AND seq >= $2 ORDER BY seq",
             # append_within: see _append_within_sql for the arguments.
             "dpaccount_within": "(text, bigint, text, text, text, text, text, text, text, "
-            f"text, text) AS SELECT * FROM {self._s}.{_WITHIN_FUNCTION}($1, $2, $3, $4, $5, "
-            "$6, $7, $8, $9, $10, $11)",
+            f"text, text, text) AS SELECT * FROM {self._s}.{_WITHIN_FUNCTION}($1, $2, $3, "
+            "$4, $5, $6, $7, $8, $9, $10, $11, $12)",
             # Flushes only if our record is stored (at the head the function found; a
             # concurrent record may share our payload up to its seq, hence EXISTS).
             "dpaccount_within_barrier": "(text, bigint, text, text) AS SELECT "
@@ -383,7 +392,7 @@ class PostgresStore:
         }
         append = (
             "EXECUTE dpaccount_append(%(name)s, %(seq)s, %(prev)s, %(head)s, %(hash)s, "
-            "%(eps)s, %(delta)s, %(payload)s, %(qid)s)"
+            "%(eps)s, %(delta)s, %(payload)s, %(qid)s, %(meta)s)"
         )
         barrier = "EXECUTE dpaccount_barrier(%(name)s, %(seq)s, %(hash)s)"
         since = "EXECUTE dpaccount_since(%(name)s, %(seq)s)"
@@ -398,7 +407,7 @@ class PostgresStore:
         within = (
             "EXECUTE dpaccount_within(%(name)s, %(known)s, %(anchor)s, %(prefix)s, "
             "%(suffix)s, %(qid)s, %(eps)s, %(delta)s, %(eps_limit)s, %(delta_limit)s, "
-            "%(delta_below)s)"
+            "%(delta_below)s, %(meta)s)"
         )
         within_barrier = (
             "EXECUTE dpaccount_within_barrier(%(name)s, %(known)s, %(prefix)s, %(suffix)s)"
@@ -418,6 +427,8 @@ class PostgresStore:
         self._prefetch: tuple[float, int, list[LedgerRecord]] | None = None
         self._lock = threading.RLock()
         self._tip_cache: LedgerTip | None = None
+        #: The settings this store opened the ledger under (its writes refuse others).
+        self._meta_text: str | None = None
         #: (n, hash of record n - 1) as this store last read or wrote it: append_within
         #: checks that the chain it continues still ends there (see the docs on crashes).
         self._seen: tuple[int, str] | None = None
@@ -445,10 +456,11 @@ class PostgresStore:
         self._write(create)
         self.check_functions()
         self.verify()
-        stored = self.stored_meta()
-        if stored is None:  # pragma: no cover - the row was just written
+        row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
+        if row is None:  # pragma: no cover - the row was just written
             raise StorageError(f"ledger {self.name!r} vanished after it was created")
-        return stored
+        self._meta_text = str(row[0])
+        return parse_meta(self._meta_text)
 
     def check_functions(self) -> None:
         """Refuse server-side functions whose definitions are not the ones dpaccount wrote.
@@ -588,6 +600,7 @@ class PostgresStore:
             "eps_limit": None if epsilon_limit is None else frac_text(epsilon_limit),
             "delta_limit": frac_text(delta_limit),
             "delta_below": None if delta_below is None else frac_text(delta_below),
+            "meta": self._meta_text,
         }
         self._prefetch = None
         old_tip, self._tip_cache = self._tip_cache, None
@@ -595,6 +608,8 @@ class PostgresStore:
             lambda conn: self._within_round_trip(conn, params)
         )
         head, prev, record_hash, state = int(status[0]), status[2], status[3], status[5]
+        if state == "migrated":
+            raise self._migrated()
         if state == "behind":
             raise LedgerCorruptError(
                 f"the ledger holds {head} records, fewer than the {known_head} already seen",
@@ -669,13 +684,14 @@ class PostgresStore:
             if self.commit == "group":
                 cur.execute("SET LOCAL synchronous_commit = off")
             cur.execute(
-                f"SELECT head, last_hash, epsilon_sum, delta_sum FROM {s}.ledgers "
+                f"SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM {s}.ledgers "
                 "WHERE name = %s FOR UPDATE",
                 (self.name,),
             )
             row = cur.fetchone()
             if row is None:
                 raise StorageError(f"ledger {self.name!r} is not initialized")
+            self._check_meta(row[4])
             tip = LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
                             parse_frac(row[3], "delta_sum"))
             if tip.head < known_head:
@@ -815,7 +831,10 @@ class PostgresStore:
             cur.execute(f"UPDATE {s}.ledgers SET meta = %s WHERE name = %s", (meta_json, self.name))
             return True
 
-        return self._write(change)
+        changed = self._write(change)
+        if self._meta_text is not None:
+            self._meta_text = meta_json  # this store made the change: it writes under it
+        return changed
 
     def meta_history(self) -> list[tuple[int, datetime, int, LedgerMeta]]:
         """Every metadata the ledger had: (version, when, head at that time, meta)."""
@@ -914,6 +933,19 @@ class PostgresStore:
 
         return self._call(run)
 
+    def _migrated(self) -> StorageError:
+        return StorageError(
+            f"ledger {self.name!r} was migrated to other settings (budget, rule or relation) "
+            "since this store opened it; nothing was written. Reopen it, so that every "
+            "charge is decided under the stored settings."
+        )
+
+    def _check_meta(self, stored: Any) -> None:
+        """Fail closed if the stored settings are not the ones this store opened under
+        (call with the ledger row locked)."""
+        if self._meta_text is not None and str(stored) != self._meta_text:
+            raise self._migrated()
+
     def _rows_since(self, executor: Any, start: int) -> tuple[str, list[RecordRow]]:
         """The hash of record ``start - 1`` and the rows from ``start`` on, in one
         statement (one snapshot, one round trip)."""
@@ -981,6 +1013,7 @@ class PostgresStore:
             "name": self.name, "seq": tip.head, "prev": tip.last_hash, "head": new.head,
             "hash": record_hash, "eps": frac_text(new.epsilon_sum),
             "delta": frac_text(new.delta_sum), "payload": payload, "qid": record.query_id,
+            "meta": self._meta_text,
         }
         self._tip_cache = None
         appended, rows = self._call(lambda conn: self._append_round_trip(conn, params))
@@ -995,6 +1028,11 @@ class PostgresStore:
             self._advance_tip_cache(tip.head, tip.last_hash, records, rows[-1][3])
             self._prefetch = (time.monotonic(), tip.head, records)
         if not appended:
+            if self._meta_text is not None:  # lost to a migration, not to a writer?
+                row = self._fetchone(
+                    f"SELECT meta FROM {self._s}.ledgers WHERE name = %s", (self.name,)
+                )
+                self._check_meta(None if row is None else row[0])
             raise LedgerConflictError(
                 f"expected {tip.head} records: another writer appended first"
             )
@@ -1147,13 +1185,14 @@ class PostgresStore:
             if self.commit == "group":
                 cur.execute("SET LOCAL synchronous_commit = off")
             cur.execute(
-                f"SELECT head, last_hash, epsilon_sum, delta_sum FROM {s}.ledgers "
+                f"SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM {s}.ledgers "
                 "WHERE name = %s" + (" FOR UPDATE" if row_lock else ""),
                 (self.name,),
             )
             row = cur.fetchone()
             if row is None:
                 raise StorageError(f"ledger {self.name!r} is not initialized")
+            self._check_meta(row[4])
             tip = LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
                             parse_frac(row[3], "delta_sum"))
             if tip.head != expected_head:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -170,7 +171,39 @@ def test_passwords_never_appear_in_output_or_errors() -> None:
 def test_a_writer_opened_before_a_migration_fails_closed(tmp_path: Path) -> None:
     # Integrity review: a writer kept the old budget after another process migrated it
     # from 1 to 0.5. It now refuses to write under settings that are no longer stored.
-    url = f"sqlite:///{tmp_path / 'm.db'}"
+    _stale_writer_fails_closed(f"sqlite:///{tmp_path / 'm.db'}")
+
+
+@pytest.mark.parametrize("locking", ["conditional", "row", "serializable"])
+@pytest.mark.parametrize("rule", ["basic", "filter"])
+def test_a_postgres_writer_opened_before_a_migration_fails_closed(
+    locking: str, rule: str
+) -> None:
+    # The same on PostgreSQL, through every append path: the server-side function (basic),
+    # compare-and-append in each locking mode, and the decision under the row lock.
+    pytest.importorskip("psycopg")
+    from storage_helpers import pg_schema, pg_url
+
+    from dpaccount.accountant import Accountant
+    from dpaccount.storage.postgres import PostgresStore
+
+    budget = Budget(10, "1e-5")
+    for schema in pg_schema():
+        old = Accountant(budget, rule=rule, name="L",
+                         store=PostgresStore(pg_url(schema).split("?")[0], name="L",
+                                             schema=schema, locking=locking))  # type: ignore[arg-type]
+        old.charge(PrivacyCost("0.1"))
+        open_ledger(pg_url(schema), name="L", budget=Budget("0.5", "1e-5"), rule=rule,
+                    migrate=True).store.close()
+        with pytest.raises(StorageError, match="migrated"):
+            old.charge(PrivacyCost("0.1"))
+        with pytest.raises(StorageError, match="migrated"):  # after a lost race too
+            old._append_decided(old.store, attrs.evolve(old.records[0], seq=1),  # type: ignore[arg-type]
+                                PrivacyCost("0.1"), None)
+        old.store.close()
+
+
+def _stale_writer_fails_closed(url: str) -> None:
     old = open_ledger(url, name="L", budget=Budget(1))
     old.charge(PrivacyCost("0.4"))
     open_ledger(url, name="L", budget=Budget("0.5"), migrate=True).store.close()
@@ -281,16 +314,16 @@ def test_a_replaced_append_function_is_refused_at_open(pg_url: str) -> None:
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         src = conn.execute(
             "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v1'", (schema,)
+            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v2'", (schema,)
         ).fetchone()[0]
         args = conn.execute(
             "SELECT pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) "
             "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v1'", (schema,)
+            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v2'", (schema,)
         ).fetchone()
         forged = src.replace("DECLARE", "DECLARE\n    v_forged int;", 1)
         conn.execute(
-            f'CREATE OR REPLACE FUNCTION "{schema}".dpaccount_append_within_v1({args[0]}) '
+            f'CREATE OR REPLACE FUNCTION "{schema}".dpaccount_append_within_v2({args[0]}) '
             f"RETURNS {args[1]} LANGUAGE plpgsql AS $fn${forged}$fn$"
         )
     with pytest.raises(LedgerCorruptError, match="replaced"):
