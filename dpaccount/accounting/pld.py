@@ -541,6 +541,11 @@ class PrivacyLossDistribution:
             True
         """
         eps = check_epsilon(epsilon)
+        if eps == 0:  # a 0-bounded-range mechanism's output does not depend on the data
+            return cls.from_privacy_parameters(
+                0, 0, value_discretization_interval=value_discretization_interval,
+                tail_mass=tail_mass, lower=lower,
+            )
         interval, tail = _check_interval(value_discretization_interval), _check_tail(tail_mass)
         upper = upper_from_profile(BoundedRangePair(float_up(eps)), interval, tail)
         low = None

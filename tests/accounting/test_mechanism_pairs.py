@@ -236,3 +236,11 @@ def test_bounded_range_bounds_hold_against_the_best_adaptive_analyst(
     rdp = RDPRule(reached, adaptive=False, plan=[(BoundedRangeCharge(eps), runs)])
     state = rdp.add(rdp.start(), BoundedRangeCharge(eps), runs)
     assert rdp.total(state).epsilon >= x
+
+
+@pytest.mark.parametrize("charge", [BoundedRangeCharge(0), RandomizedResponseCharge(0, 3)])
+def test_zero_epsilon_charges_compose_to_nothing(charge: object) -> None:
+    pld = PrivacyLossDistribution.from_charge(charge, **GRID)  # type: ignore[arg-type]
+    assert pld.epsilon(0)[1] == 0
+    assert pld.delta(0)[1] <= 1e-9
+    assert charge_rdp(charge, 2.0) == 0  # type: ignore[arg-type]
