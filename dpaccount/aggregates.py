@@ -83,7 +83,7 @@ from dpaccount._numeric import (
     float_up,
     to_fraction,
 )
-from dpaccount.charges import Relation
+from dpaccount.charges import DiscreteGaussianCharge, DiscreteLaplaceCharge, Relation
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, InvalidCostError
 from dpaccount.mechanisms._sampling import (
@@ -96,6 +96,7 @@ from dpaccount.mechanisms._sampling import (
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.mechanisms.exponential import ExponentialMechanism
 from dpaccount.mechanisms.gaussian import (
+    _coarse_up,
     continuous_sigma,
     discrete_gaussian_delta_up,
     zcdp_delta_up,
@@ -191,29 +192,40 @@ class IntegerLaplaceMechanism(Mechanism):
     Roughgarden and Sundararajan 2009). The noise is drawn exactly (Canonne, Kamath and
     Steinke 2020, Algorithm 2). No lattice rounding is needed: the answer is an integer.
 
+    The charge is a `DiscreteLaplaceCharge` (b, S, coordinates), whose cost is
+    ``PrivacyCost(epsilon)`` exactly; when a neighbour changes one coordinate
+    (``coordinates=1``) the other coordinates' noise does not depend on the data, so the
+    tight engines may use the exact scalar pair.
+
     Args:
         epsilon: > 0.
         sensitivity: The L1 sensitivity S, a positive integer (in the query's units).
+        coordinates: How many coordinates a neighbour can change (1 or more).
         rng: ``None`` for the OS CSPRNG; ``RandomSource.seeded(...)`` in tests only.
 
     Examples:
         >>> m = IntegerLaplaceMechanism(1, 1)
-        >>> m.charge, m.scale
+        >>> m.charge.cost, m.scale
         (PrivacyCost(epsilon=1, delta=0), Fraction(1, 1))
         >>> isinstance(m.release(10), int)
         True
     """
 
-    def __init__(self, epsilon: Any, sensitivity: int, *, rng: Any = None) -> None:
+    def __init__(
+        self, epsilon: Any, sensitivity: int, *, coordinates: int = 1, rng: Any = None
+    ) -> None:
         self._epsilon = check_positive(epsilon, "epsilon")
         self._sensitivity = _check_int_sensitivity(sensitivity)
         self._scale = Fraction(self._sensitivity) / self._epsilon
         self._rng: RandomSource = resolve_rng(rng)
-        self._charge = PrivacyCost(self._epsilon)
+        self._charge = DiscreteLaplaceCharge(
+            self._scale, self._sensitivity, _check_coordinates(coordinates)
+        )
 
     @property
-    def charge(self) -> PrivacyCost:
-        """``PrivacyCost(epsilon)``, exact."""
+    def charge(self) -> DiscreteLaplaceCharge:
+        """``DiscreteLaplaceCharge(S / epsilon, S, coordinates)``; its cost is
+        ``PrivacyCost(epsilon)``, exact."""
         return self._charge
 
     @property
@@ -276,16 +288,19 @@ class IntegerGaussianMechanism(Mechanism):
         if dlt == 0:
             raise InvalidCostError("delta", delta, "the Gaussian mechanism needs delta > 0")
         self._shift = _check_int_sensitivity(shift)
-        if isinstance(coordinates, bool) or not isinstance(coordinates, int) or coordinates < 1:
-            raise InvalidCostError("coordinates", coordinates, "must be an integer >= 1")
-        self._coordinates = coordinates
+        self._coordinates = _check_coordinates(coordinates)
         self._exact = coordinates == 1 and self._shift <= _EXACT_PROFILE_MAX_SHIFT
         l2 = Fraction(self._shift) * Fraction(math.isqrt(coordinates - 1) + 1)
         start = continuous_sigma("analytic", eps, dlt, l2)
         self._sigma2 = self._calibrate(eps, dlt, start)
         self._delta = self._delta_at(eps, self._sigma2)
         self._rng: RandomSource = resolve_rng(rng)
-        self._charge = PrivacyCost(eps, self._delta)
+        # ||v||_2 <= shift sqrt(coordinates), rounded up to an integer
+        squared = coordinates * self._shift**2
+        l2_steps = math.isqrt(squared - 1) + 1 if squared > 1 else 1
+        self._charge = DiscreteGaussianCharge(
+            self._sigma, l2_steps, eps, self._delta, coordinates
+        )
 
     def _delta_at(self, epsilon: Fraction, sigma2: Fraction) -> Fraction:
         if self._exact:
@@ -310,11 +325,19 @@ class IntegerGaussianMechanism(Mechanism):
                 hi = mid
             else:
                 lo = mid
-        return Fraction(hi)
+        # s rounded up to 26 significant bits, so that s^2 is exact and the charge can
+        # carry s itself; raised again should the bound at s^2 not fit
+        s = _coarse_up(math.sqrt(hi))
+        while not ok(s * s):
+            s = _coarse_up(s * (1 + 2.0**-20))
+        self._sigma = Fraction(s)
+        return self._sigma**2
 
     @property
-    def charge(self) -> PrivacyCost:
-        """``PrivacyCost(epsilon, delta_bound)`` proven for the discrete sampler."""
+    def charge(self) -> DiscreteGaussianCharge:
+        """``DiscreteGaussianCharge(s, L, epsilon, delta_bound, coordinates)`` with
+        L = ceil(shift sqrt(coordinates)) and s^2 = `sigma2` exactly; its cost is
+        ``PrivacyCost(epsilon, delta_bound)``, proven for the discrete sampler."""
         return self._charge
 
     @property
@@ -477,12 +500,18 @@ def _choose_mechanism(mechanism: str | None, delta: Fraction) -> str:
     raise ConfigError(f"unknown mechanism {mechanism!r}; use 'laplace' or 'gaussian'")
 
 
+def _check_coordinates(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidCostError("coordinates", value, "must be an integer >= 1")
+    return value
+
+
 def _noise(
     kind: str, epsilon: Fraction, delta: Fraction, shift: int, coordinates: int, l1: int,
     rng: Any,
 ) -> IntegerLaplaceMechanism | IntegerGaussianMechanism:
     if kind == "laplace":
-        return IntegerLaplaceMechanism(epsilon, l1, rng=rng)
+        return IntegerLaplaceMechanism(epsilon, l1, coordinates=coordinates, rng=rng)
     return IntegerGaussianMechanism(epsilon, delta, shift, coordinates=coordinates, rng=rng)
 
 
@@ -882,7 +911,7 @@ def mean(
     s = sum_sensitivity(fp, relation, centre)
     sum_mech = _noise(kind, eps * (1 - share), dlt * (1 - share), s, 1, s, rng)
     count_mech = _noise(kind, eps * share, dlt * share, 1, 1, 1, rng)
-    total_cost = sum_mech.charge + count_mech.charge
+    total_cost = sum_mech.charge.cost + count_mech.charge.cost  # two mechanisms, one record
     _check_container(data)
     record = accountant.charge(total_cost, label=label or "mean", query_id=query_id)
     noisy_sum = sum_mech.release(lattice_sum(data, fp, centre))

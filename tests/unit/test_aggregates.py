@@ -221,12 +221,17 @@ def test_histogram_with_categories() -> None:
 
 def test_integer_mechanisms_charge_exactly() -> None:
     lap = agg.IntegerLaplaceMechanism("0.5", 3)
-    assert lap.charge == PrivacyCost("0.5") and lap.scale == 6
+    assert lap.charge.cost == PrivacyCost("0.5") and lap.scale == 6
+    # the charge describes the sampler for the tight engines: b, S, changed coordinates
+    assert (lap.charge.scale, lap.charge.sensitivity, lap.charge.dimension) == (6, 3, 1)
     # Variance of the discrete Laplace: 2q / (1 - q)², q = exp(-1/6).
     q = math.exp(-1 / 6)
     assert lap.variance == pytest.approx(2 * q / (1 - q) ** 2)
     gau = agg.IntegerGaussianMechanism(1, "1e-6", 1)
     assert gau.charge.delta <= Fraction(1, 10**6)
+    assert gau.charge.sigma ** 2 == gau.sigma2 and gau.charge.sensitivity == 1
+    # two changed coordinates of shift 3: the L2 bound ceil(3 sqrt 2) = 5
+    assert agg.IntegerGaussianMechanism(1, "1e-6", 3, coordinates=2).charge.sensitivity == 5
     # The continuous analytic Gaussian (Balle and Wang 2018, Thm 8) needs sigma = 4.2247
     # at (1, 1e-6) and sensitivity 1 (root of Phi(1/(2s) - s) - e Phi(-1/(2s) - s) = 1e-6,
     # solved with scipy.optimize.brentq); the discrete one must be within 2 %.
