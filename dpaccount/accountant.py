@@ -45,7 +45,7 @@ from dpaccount.records import LedgerMeta, LedgerRecord
 from dpaccount.storage.base import DecidingStore, Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 
-__all__ = ["Accountant", "ledger_settings"]
+__all__ = ["Accountant", "ChargePreview", "ledger_settings"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -102,6 +102,27 @@ def _as_budget(budget: Any) -> Budget:
     if isinstance(budget, tuple) and len(budget) == 2:
         return Budget(*budget)
     return Budget(budget)
+
+
+@attrs.frozen
+class ChargePreview:
+    """What a charge would do to a ledger (`Accountant.preview`); nothing was recorded.
+
+    Attributes:
+        cost: The charge's own (epsilon, delta).
+        admitted: Whether the ledger would take it now.
+        spent: The ledger's composed total before it.
+        spent_after: The composed total with it (None when its delta would reach 1).
+        budget: The ledger's budget.
+        rule: The rule that decides.
+    """
+
+    cost: PrivacyCost
+    admitted: bool
+    spent: PrivacyCost
+    spent_after: PrivacyCost | None
+    budget: Budget
+    rule: str
 
 
 class Accountant:
@@ -269,6 +290,35 @@ class Accountant:
         with self._lock:
             self._catch_up()
             return self._rule.remaining(self._state, self._budget, k)
+
+    def preview(self, charge: Charge | Mechanism) -> ChargePreview:
+        """What charging ``charge`` now would do, without recording anything.
+
+        The same checks as `charge()` (type, relation), the ledger caught up with
+        other writers, then the rule's decision and totals: the cost of the charge, the
+        total spent before and after it, and whether it would be admitted.
+
+        Examples:
+            >>> acct = Accountant(1)
+            >>> p = acct.preview(PrivacyCost("0.75"))
+            >>> p.admitted, p.spent_after
+            (True, PrivacyCost(epsilon=0.75, delta=0))
+            >>> acct.records, acct.preview(PrivacyCost(2)).admitted
+            ((), False)
+        """
+        charge = self._as_charge(charge)
+        cost = cost_of(charge)
+        _revalidate(cost)
+        with self._lock:
+            self._catch_up()
+            new_state = self._rule.extend(self._state, charge)
+            admitted = self._admits(new_state)
+            try:
+                after: PrivacyCost | None = self._rule.total(new_state)
+            except InvalidCostError:  # the composed delta would reach 1
+                after = None
+            return ChargePreview(cost, admitted, self._rule.total(self._state), after,
+                                 self._budget, self._rule.name)
 
     def can_afford(self, charge: Charge | Mechanism) -> bool:
         """Whether ``charge`` would be admitted now (nothing is recorded)."""

@@ -318,3 +318,21 @@ def test_cached_costs_follow_a_charge_forged_after_use() -> None:
     object.__setattr__(charge, "sigma", Fraction(1))
     assert cost_of(charge).delta > first.delta
     assert cost_of(charge) == cost_of(GaussianCharge(sigma=1, sensitivity=1, epsilon=1))
+
+
+@pytest.mark.parametrize("rule", ["basic", "filter", "rdp"])
+def test_preview_records_nothing_and_matches_the_charge(rule: str) -> None:
+    acct = Accountant(Budget(3, "1e-5"), rule=rule)
+    acct.charge(PrivacyCost("0.3"))
+    before = snapshot(acct)
+    seen = acct.preview(PrivacyCost("0.3"))
+    assert snapshot(acct) == before  # nothing recorded
+    assert seen.cost == PrivacyCost("0.3") and seen.rule == rule
+    assert seen.spent == acct.spent
+    if seen.admitted:
+        acct.charge(PrivacyCost("0.3"))
+        assert acct.spent == seen.spent_after
+    else:
+        with pytest.raises(BudgetExceededError):
+            acct.charge(PrivacyCost("0.3"))
+    assert not acct.preview(PrivacyCost(50)).admitted
