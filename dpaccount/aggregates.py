@@ -68,7 +68,7 @@ Examples:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -103,10 +103,11 @@ from dpaccount.mechanisms.gaussian import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from dpaccount.accountant import Accountant
+    from dpaccount.accountant import Accountant, ChargePreview
     from dpaccount.records import LedgerRecord
 
 __all__ = [
+    "AggregatePreview",
     "AggregateResult",
     "FixedPoint",
     "IntegerGaussianMechanism",
@@ -117,6 +118,7 @@ __all__ = [
     "histogram_counts",
     "lattice_sum",
     "mean",
+    "preview",
     "quantile",
     "quantile_utilities",
     "sum",
@@ -721,6 +723,127 @@ def _to_float(k: int, g: Fraction) -> float:
 # ---------------------------------------------------------------------------------------
 
 
+# -- what each aggregate decides before the data (shared with `preview`) -----------------
+
+Noise = IntegerLaplaceMechanism | IntegerGaussianMechanism
+
+
+def _count_setup(
+    accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any, rng: Any
+) -> tuple[Relation, Noise, float]:
+    relation = _check_accountant(accountant)
+    eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
+    kind = _choose_mechanism(mechanism, dlt)
+    lvl = _check_level(level)
+    return relation, _noise(kind, eps, dlt, 1, 1, 1, rng), lvl
+
+
+def _sum_setup(
+    accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any,
+    lower: Any, upper: Any, granularity: Any, fill: Any, rng: Any,
+) -> tuple[Relation, Noise, float, FixedPoint, int]:
+    relation = _check_accountant(accountant)
+    eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
+    kind = _choose_mechanism(mechanism, dlt)
+    lvl = _check_level(level)
+    fp = FixedPoint.build(lower, upper, granularity, fill)
+    s = sum_sensitivity(fp, relation)
+    return relation, _noise(kind, eps, dlt, s, 1, s, rng), lvl, fp, s
+
+
+def _histogram_setup(
+    accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any,
+    bins: Any, categories: Sequence[Any] | None, rng: Any,
+) -> tuple[Relation, Noise, float, Any, list[Any]]:
+    relation = _check_accountant(accountant)
+    eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
+    kind = _choose_mechanism(mechanism, dlt)
+    lvl = _check_level(level)
+    if (bins is None) == (categories is None):
+        raise ConfigError("give exactly one of bins= (numeric edges) or categories=")
+    edges = _check_edges(bins) if bins is not None else None
+    cats = list(categories) if categories is not None else []
+    if categories is not None and not cats:
+        raise InvalidCostError("categories", categories, "at least one category is needed")
+    moved = 1 if relation is Relation.ADD_REMOVE else 2
+    return relation, _noise(kind, eps, dlt, 1, moved, moved, rng), lvl, edges, cats
+
+
+@attrs.frozen
+class AggregatePreview:
+    """What an aggregate would charge and how accurate it would be (`preview`).
+
+    Nothing was charged and no data was read.
+
+    Attributes:
+        charge: What the ledger would do (`ChargePreview`: the cost, whether it would
+            be admitted, the totals before and after).
+        level: The confidence level of ``error_bound``.
+        error_bound: The half-width of the noise at ``level``, in the answer's units:
+            the same number the aggregate reports when it runs (for a histogram, per
+            bin).
+    """
+
+    charge: ChargePreview
+    level: float
+    error_bound: float
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The (epsilon, delta) the aggregate would charge."""
+        return self.charge.cost
+
+    @property
+    def admitted(self) -> bool:
+        """Whether the ledger would take the charge now."""
+        return self.charge.admitted
+
+
+def preview(
+    aggregate: Callable[..., AggregateResult], data: Any, accountant: Accountant,
+    epsilon: Any, **options: Any,
+) -> AggregatePreview:
+    """What ``aggregate(data, accountant, epsilon, **options)`` would do, without doing it.
+
+    For `count`, `sum` and `histogram`: the cost, whether the ledger would admit it and
+    its totals before and after (`Accountant.preview`), and the noise's half-width at the
+    level asked for, in the answer's units. Nothing is charged, the data is not read
+    (only its container type is checked, as before a real charge), and the options are
+    checked exactly as the aggregate checks them.
+
+    Raises:
+        ConfigError: An aggregate other than `count`, `sum` or `histogram`.
+
+    Examples:
+        >>> from dpaccount import Accountant
+        >>> acct = Accountant(1)
+        >>> p = preview(count, [1, 2, 3], acct, "0.5")
+        >>> p.cost, p.admitted, p.error_bound, len(acct.records)
+        (PrivacyCost(epsilon=0.5, delta=0), True, 6.0, 0)
+    """
+    level = options.get("level", 0.95)
+    common = (accountant, epsilon, options.get("delta", 0), options.get("mechanism"), level)
+    rng = options.get("rng")
+    unit: Fraction = Fraction(1)
+    if aggregate is count:
+        _relation, mech, lvl = _count_setup(*common, rng)
+    elif aggregate is sum:
+        _relation, mech, lvl, fp, _s = _sum_setup(
+            *common, options.get("lower"), options.get("upper"),
+            options.get("granularity"), options.get("fill"), rng,
+        )
+        unit = fp.granularity
+    elif aggregate is histogram:
+        _relation, mech, lvl, _edges, _cats = _histogram_setup(
+            *common, options.get("bins"), options.get("categories"), rng
+        )
+    else:
+        raise ConfigError("preview() covers count, sum and histogram")
+    _check_container(data)
+    w = mech.halfwidth(lvl)
+    return AggregatePreview(accountant.preview(mech), lvl, _to_float(w, unit))
+
+
 def count(
     data: Any,
     accountant: Accountant,
@@ -757,12 +880,7 @@ def count(
         >>> res.cost, res.sensitivity
         (PrivacyCost(epsilon=0.5, delta=0), Fraction(1, 1))
     """
-    relation = _check_accountant(accountant)
-    eps = check_positive(epsilon, "epsilon")
-    dlt = check_delta(delta)
-    kind = _choose_mechanism(mechanism, dlt)
-    lvl = _check_level(level)
-    mech = _noise(kind, eps, dlt, 1, 1, 1, rng)
+    relation, mech, lvl = _count_setup(accountant, epsilon, delta, mechanism, level, rng)
     _check_container(data)
     record = accountant.charge(mech, label=label or "count", query_id=query_id)
     noisy = mech.release(len(data))
@@ -816,14 +934,9 @@ def sum(
     Returns:
         The result; ``sensitivity`` is ``S * g`` (see the module table).
     """
-    relation = _check_accountant(accountant)
-    eps = check_positive(epsilon, "epsilon")
-    dlt = check_delta(delta)
-    kind = _choose_mechanism(mechanism, dlt)
-    lvl = _check_level(level)
-    fp = FixedPoint.build(lower, upper, granularity, fill)
-    s = sum_sensitivity(fp, relation)
-    mech = _noise(kind, eps, dlt, s, 1, s, rng)
+    relation, mech, lvl, fp, s = _sum_setup(
+        accountant, epsilon, delta, mechanism, level, lower, upper, granularity, fill, rng
+    )
     _check_container(data)
     record = accountant.charge(mech, label=label or "sum", query_id=query_id)
     noisy = mech.release(lattice_sum(data, fp))
@@ -1002,19 +1115,9 @@ def histogram(
         >>> res.value.shape
         (2,)
     """
-    relation = _check_accountant(accountant)
-    eps = check_positive(epsilon, "epsilon")
-    dlt = check_delta(delta)
-    kind = _choose_mechanism(mechanism, dlt)
-    lvl = _check_level(level)
-    if (bins is None) == (categories is None):
-        raise ConfigError("give exactly one of bins= (numeric edges) or categories=")
-    edges = _check_edges(bins) if bins is not None else None
-    cats = list(categories) if categories is not None else []
-    if categories is not None and not cats:
-        raise InvalidCostError("categories", categories, "at least one category is needed")
-    moved = 1 if relation is Relation.ADD_REMOVE else 2
-    mech = _noise(kind, eps, dlt, 1, moved, moved, rng)
+    relation, mech, lvl, edges, cats = _histogram_setup(
+        accountant, epsilon, delta, mechanism, level, bins, categories, rng
+    )
     _check_container(data)
     record = accountant.charge(mech, label=label or "histogram", query_id=query_id)
     if edges is not None:
@@ -1043,7 +1146,7 @@ def histogram(
             "(per bin, not simultaneously)"
         ),
         record=record,
-        sensitivity=Fraction(moved),
+        sensitivity=Fraction(1 if relation is Relation.ADD_REMOVE else 2),
         relation=relation,
     )
 

@@ -683,17 +683,7 @@ class PostgresStore:
         def insert(cur: Any) -> tuple[bool, LedgerTip, list[LedgerRecord]]:
             if self.commit == "group":
                 cur.execute("SET LOCAL synchronous_commit = off")
-            cur.execute(
-                f"SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM {s}.ledgers "
-                "WHERE name = %s FOR UPDATE",
-                (self.name,),
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise StorageError(f"ledger {self.name!r} is not initialized")
-            self._check_meta(row[4])
-            tip = LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
-                            parse_frac(row[3], "delta_sum"))
+            tip = self._locked_tip(cur, lock=True)
             if tip.head < known_head:
                 raise LedgerCorruptError(
                     f"the ledger holds {tip.head} records, fewer than the {known_head} "
@@ -932,6 +922,21 @@ class PostgresStore:
                 return body(conn.cursor())
 
         return self._call(run)
+
+    def _locked_tip(self, cur: Any, lock: bool) -> LedgerTip:
+        """The ledger row's tip (``FOR UPDATE`` when ``lock``), after checking that its
+        settings are the ones this store opened under."""
+        cur.execute(
+            f"SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM {self._s}.ledgers "
+            "WHERE name = %s" + (" FOR UPDATE" if lock else ""),
+            (self.name,),
+        )
+        row = cur.fetchone()
+        if row is None:
+            raise StorageError(f"ledger {self.name!r} is not initialized")
+        self._check_meta(row[4])
+        return LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
+                         parse_frac(row[3], "delta_sum"))
 
     def _migrated(self) -> StorageError:
         return StorageError(
@@ -1184,17 +1189,7 @@ class PostgresStore:
         def insert(cur: Any) -> LedgerTip:
             if self.commit == "group":
                 cur.execute("SET LOCAL synchronous_commit = off")
-            cur.execute(
-                f"SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM {s}.ledgers "
-                "WHERE name = %s" + (" FOR UPDATE" if row_lock else ""),
-                (self.name,),
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise StorageError(f"ledger {self.name!r} is not initialized")
-            self._check_meta(row[4])
-            tip = LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
-                            parse_frac(row[3], "delta_sum"))
+            tip = self._locked_tip(cur, lock=row_lock)
             if tip.head != expected_head:
                 raise LedgerConflictError(f"expected {expected_head} records, found {tip.head}")
             record_hash = chain_hash_payload(tip.last_hash, payload)

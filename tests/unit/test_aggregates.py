@@ -298,3 +298,44 @@ def test_clamping_and_rounding_are_free_post_processing() -> None:
     hist = aggregates.histogram(np.array([0.5]), acct, "0.05", bins=[0, 1, 2], rng=source)
     assert np.all(hist.clamped().value >= 0)
     assert len(acct.records) == 21
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "options"),
+    [
+        (agg.count, {}),
+        (agg.count, {"delta": "1e-6"}),
+        (agg.sum, {"lower": 0, "upper": 100}),
+        (agg.histogram, {"bins": [0, 50, 100]}),
+        (agg.histogram, {"categories": [1, 2, 3], "delta": "1e-6", "level": 0.9}),
+    ],
+)
+def test_preview_is_what_the_aggregate_then_does(aggregate: Any, options: dict[str, Any]
+                                                ) -> None:
+    data = np.array([1.0, 2.0, 3.0, 70.0])
+    acct = Accountant(Budget(1, "1e-5"))
+    seen = agg.preview(aggregate, data, acct, "0.4", **options)
+    assert acct.records == ()  # nothing charged
+    assert seen.admitted and seen.charge.spent == PrivacyCost(0)
+    result = aggregate(data, acct, "0.4", rng=RandomSource.seeded(1), **options)
+    assert result.cost == seen.cost
+    assert float(result.error_bound) == pytest.approx(seen.error_bound)
+    assert acct.spent == seen.charge.spent_after
+
+
+def test_preview_reads_no_data_and_refuses_other_aggregates() -> None:
+    acct = Accountant(Budget(1, "1e-5"))
+    with pytest.raises(AssertionError):  # the real count reads len(); preview must not
+        agg.count(_Sized(), acct, "0.1")
+    acct = Accountant(Budget(1, "1e-5"))
+    assert agg.preview(agg.count, _Sized(), acct, "0.1").admitted
+    with pytest.raises(ConfigError, match="count, sum and histogram"):
+        agg.preview(agg.mean, [1.0], acct, "0.1", lower=0, upper=1)
+    assert not agg.preview(agg.count, [1], acct, 5).admitted
+
+
+class _Sized:
+    """A container whose contents must not be read."""
+
+    def __len__(self) -> int:
+        raise AssertionError("preview read the data")
