@@ -508,10 +508,14 @@ def _check_coordinates(value: Any) -> int:
     return value
 
 
+#: The integer noise an aggregate adds.
+Noise = IntegerLaplaceMechanism | IntegerGaussianMechanism
+
+
 def _noise(
     kind: str, epsilon: Fraction, delta: Fraction, shift: int, coordinates: int, l1: int,
     rng: Any,
-) -> IntegerLaplaceMechanism | IntegerGaussianMechanism:
+) -> Noise:
     if kind == "laplace":
         return IntegerLaplaceMechanism(epsilon, l1, coordinates=coordinates, rng=rng)
     return IntegerGaussianMechanism(epsilon, delta, shift, coordinates=coordinates, rng=rng)
@@ -725,16 +729,19 @@ def _to_float(k: int, g: Fraction) -> float:
 
 # -- what each aggregate decides before the data (shared with `preview`) -----------------
 
-Noise = IntegerLaplaceMechanism | IntegerGaussianMechanism
+def _checked(
+    accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any
+) -> tuple[Relation, Fraction, Fraction, str, float]:
+    """The checks every aggregate makes first: ledger, epsilon, delta, noise, level."""
+    relation = _check_accountant(accountant)
+    eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
+    return relation, eps, dlt, _choose_mechanism(mechanism, dlt), _check_level(level)
 
 
 def _count_setup(
     accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any, rng: Any
 ) -> tuple[Relation, Noise, float]:
-    relation = _check_accountant(accountant)
-    eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
-    kind = _choose_mechanism(mechanism, dlt)
-    lvl = _check_level(level)
+    relation, eps, dlt, kind, lvl = _checked(accountant, epsilon, delta, mechanism, level)
     return relation, _noise(kind, eps, dlt, 1, 1, 1, rng), lvl
 
 
@@ -742,10 +749,7 @@ def _sum_setup(
     accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any,
     lower: Any, upper: Any, granularity: Any, fill: Any, rng: Any,
 ) -> tuple[Relation, Noise, float, FixedPoint, int]:
-    relation = _check_accountant(accountant)
-    eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
-    kind = _choose_mechanism(mechanism, dlt)
-    lvl = _check_level(level)
+    relation, eps, dlt, kind, lvl = _checked(accountant, epsilon, delta, mechanism, level)
     fp = FixedPoint.build(lower, upper, granularity, fill)
     s = sum_sensitivity(fp, relation)
     return relation, _noise(kind, eps, dlt, s, 1, s, rng), lvl, fp, s
@@ -755,10 +759,7 @@ def _histogram_setup(
     accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any,
     bins: Any, categories: Sequence[Any] | None, rng: Any,
 ) -> tuple[Relation, Noise, float, Any, list[Any]]:
-    relation = _check_accountant(accountant)
-    eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
-    kind = _choose_mechanism(mechanism, dlt)
-    lvl = _check_level(level)
+    relation, eps, dlt, kind, lvl = _checked(accountant, epsilon, delta, mechanism, level)
     if (bins is None) == (categories is None):
         raise ConfigError("give exactly one of bins= (numeric edges) or categories=")
     edges = _check_edges(bins) if bins is not None else None
@@ -1011,11 +1012,7 @@ def mean(
         >>> 0 <= res.value <= 4
         True
     """
-    relation = _check_accountant(accountant)
-    eps = check_positive(epsilon, "epsilon")
-    dlt = check_delta(delta)
-    kind = _choose_mechanism(mechanism, dlt)
-    lvl = _check_level(level)
+    relation, eps, dlt, kind, lvl = _checked(accountant, epsilon, delta, mechanism, level)
     share = to_fraction(count_share, "count_share")
     if not 0 < share < 1:
         raise InvalidCostError("count_share", count_share, "must be in (0, 1)")

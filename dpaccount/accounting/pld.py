@@ -68,6 +68,7 @@ from dpaccount._numeric import (
     down,
     float_down,
     float_up,
+    log1p_expm1_scaled_up,
     up,
 )
 from dpaccount.accounting._discrete import DiscretePLD, from_pair, upper_from_profile
@@ -195,9 +196,8 @@ def _subsampled_tops(e0: float, rate: float) -> tuple[Fraction, Fraction]:
     likelihood ratios of the mixture; Balle, Barthe and Gaboardi 2018, Thm 8 for the
     amplification; both increase with e0 and q, which callers round up).
     """
-    remove = math.log1p(rate * math.expm1(e0))
     add = -math.log1p(rate * math.expm1(-e0))
-    return up(remove * (1 + 1e-14), ulps=8), up(add * (1 + 1e-14), ulps=8)
+    return log1p_expm1_scaled_up(Fraction(rate), Fraction(e0)), up(add * (1 + 1e-14), ulps=8)
 
 
 @attrs.frozen(eq=False)

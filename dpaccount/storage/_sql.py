@@ -41,10 +41,12 @@ from dpaccount.records import (
 __all__ = [
     "LedgerTip",
     "RecordRow",
+    "check_not_behind",
     "check_records",
     "check_tip",
     "frac_text",
     "meta_hash",
+    "missed_records",
     "split_at_seq",
     "within_limits",
 ]
@@ -164,6 +166,27 @@ def split_at_seq(payload: str, seq: int) -> tuple[str, str]:
         raise StorageError(f"record {seq}: its canonical payload has no unique seq field")
     cut = at + len(SEQ_KEY)
     return payload[:cut], payload[cut + len(str(seq)):]
+
+
+def check_not_behind(head: int, known_head: int) -> None:
+    """A ledger never holds fewer records than a writer has already seen."""
+    if head < known_head:
+        raise LedgerCorruptError(
+            f"the ledger holds {head} records, fewer than the {known_head} already seen",
+            seq=head,
+        )
+
+
+def missed_records(rows: list[RecordRow], known_head: int, prev: str, head: int,
+                   last_hash: str) -> list[LedgerRecord]:
+    """The records from ``known_head`` on, checked against the chain (``prev``: the hash
+    of record ``known_head - 1``) and against the cached tip (``head``, ``last_hash``)."""
+    missed = check_records(rows, known_head, prev)
+    if known_head + len(missed) != head or (rows[-1][3] if rows else prev) != last_hash:
+        raise LedgerCorruptError(
+            f"the ledger's cached tip (head {head}) disagrees with its records", seq=head
+        )
+    return missed
 
 
 def check_records(

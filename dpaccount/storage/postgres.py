@@ -87,10 +87,12 @@ from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
     check_meta_history,
+    check_not_behind,
     check_records,
     check_tip,
     frac_text,
     meta_hash,
+    missed_records,
     parse_frac,
     parse_meta,
     split_at_seq,
@@ -611,10 +613,7 @@ class PostgresStore:
         if state == "migrated":
             raise self._migrated()
         if state == "behind":
-            raise LedgerCorruptError(
-                f"the ledger holds {head} records, fewer than the {known_head} already seen",
-                seq=head,
-            )
+            check_not_behind(head, known_head)
         if state == "diverged":
             raise LedgerCorruptError(
                 f"record {known_head - 1} is not the one this store read earlier: the "
@@ -629,11 +628,7 @@ class PostgresStore:
                 raise LedgerCorruptError(f"record {known_head - 1} is missing",
                                          seq=known_head - 1)
             anchor = rows.pop(0)[3]
-        missed = check_records(rows, known_head, anchor)
-        if known_head + len(missed) != head or (rows[-1][3] if rows else anchor) != prev:
-            raise LedgerCorruptError(
-                f"the ledger's cached tip (head {head}) disagrees with its records", seq=head
-            )
+        missed = missed_records(rows, known_head, anchor, head, prev)
         appended = state == "appended"
         self._seen = (head + 1, record_hash) if appended else (head, prev)
         if appended:
@@ -678,40 +673,20 @@ class PostgresStore:
                 f"record seq {record.seq} does not match the known head {known_head}"
             )
         prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
-        s = self._s
 
         def insert(cur: Any) -> tuple[bool, LedgerTip, list[LedgerRecord]]:
             if self.commit == "group":
                 cur.execute("SET LOCAL synchronous_commit = off")
             tip = self._locked_tip(cur, lock=True)
-            if tip.head < known_head:
-                raise LedgerCorruptError(
-                    f"the ledger holds {tip.head} records, fewer than the {known_head} "
-                    "already seen", seq=tip.head,
-                )
+            check_not_behind(tip.head, known_head)
             missed: list[LedgerRecord] = []
             if tip.head > known_head:
                 prev, rows = self._rows_since(cur, known_head)
-                missed = check_records(rows, known_head, prev)
-                if known_head + len(missed) != tip.head or rows[-1][3] != tip.last_hash:
-                    raise LedgerCorruptError(
-                        f"the ledger's cached tip (head {tip.head}) disagrees with its "
-                        "records", seq=tip.head,
-                    )
+                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash)
             if not decide(missed):
                 return False, tip, missed
-            payload = f"{prefix}{tip.head}{suffix}"
-            record_hash = chain_hash_payload(tip.last_hash, payload)
             numbered = attrs.evolve(record, seq=tip.head)
-            new = tip.after(numbered, record_hash)
-            self._insert_record(cur, numbered, payload, tip.last_hash, record_hash)
-            cur.execute(
-                f"UPDATE {s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
-                "delta_sum = %s WHERE name = %s",
-                (new.head, new.last_hash, frac_text(new.epsilon_sum),
-                 frac_text(new.delta_sum), self.name),
-            )
-            return True, new, missed
+            return True, self._store_at(cur, tip, numbered, f"{prefix}{tip.head}{suffix}"), missed
 
         self._tip_cache = None
         self._prefetch = None
@@ -937,6 +912,21 @@ class PostgresStore:
         self._check_meta(row[4])
         return LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
                          parse_frac(row[3], "delta_sum"))
+
+    def _store_at(self, cur: Any, tip: LedgerTip, record: LedgerRecord, payload: str
+                  ) -> LedgerTip:
+        """Insert ``record`` (numbered ``tip.head``) and advance the ledger row; the new
+        tip (in the caller's transaction, with the row locked)."""
+        record_hash = chain_hash_payload(tip.last_hash, payload)
+        new = tip.after(record, record_hash)
+        self._insert_record(cur, record, payload, tip.last_hash, record_hash)
+        cur.execute(
+            f"UPDATE {self._s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
+            "delta_sum = %s WHERE name = %s",
+            (new.head, new.last_hash, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
+             self.name),
+        )
+        return new
 
     def _migrated(self) -> StorageError:
         return StorageError(
@@ -1183,7 +1173,6 @@ class PostgresStore:
             conn.close()  # reconnect on the next call
 
     def _append_locked(self, expected_head: int, record: LedgerRecord, payload: str) -> None:
-        s = self._s
         row_lock = self.locking == "row"
 
         def insert(cur: Any) -> LedgerTip:
@@ -1192,16 +1181,7 @@ class PostgresStore:
             tip = self._locked_tip(cur, lock=row_lock)
             if tip.head != expected_head:
                 raise LedgerConflictError(f"expected {expected_head} records, found {tip.head}")
-            record_hash = chain_hash_payload(tip.last_hash, payload)
-            new = tip.after(record, record_hash)
-            self._insert_record(cur, record, payload, tip.last_hash, record_hash)
-            cur.execute(
-                f"UPDATE {s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
-                "delta_sum = %s WHERE name = %s",
-                (new.head, new.last_hash, frac_text(new.epsilon_sum),
-                 frac_text(new.delta_sum), self.name),
-            )
-            return new
+            return self._store_at(cur, tip, record, payload)
 
         self._tip_cache = None
         new = self._write(insert, serializable=not row_lock)

@@ -59,10 +59,12 @@ from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
     check_meta_history,
+    check_not_behind,
     check_records,
     check_tip,
     frac_text,
     meta_hash,
+    missed_records,
     parse_frac,
     parse_meta,
     split_at_seq,
@@ -302,12 +304,7 @@ class SQLiteStore:
         start = max(int(start), 0)
 
         def get(cur: sqlite3.Cursor) -> list[LedgerRecord]:
-            prev = self._prev_hash(cur, start)
-            rows: list[RecordRow] = cur.execute(
-                f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? "
-                "ORDER BY seq",
-                (self.name, start),
-            ).fetchall()
+            prev, rows = self._rows_since(cur, start)
             return check_records(rows, start, prev)
 
         return self._read(get)
@@ -395,19 +392,11 @@ class SQLiteStore:
             if tip is None:
                 raise StorageError(f"ledger {self.name!r} is not initialized")
             self._check_settings()
-            if tip.head < known_head:
-                raise LedgerCorruptError(
-                    f"the ledger holds {tip.head} records, fewer than the {known_head} "
-                    "already seen", seq=tip.head,
-                )
-            prev, rows = tip.last_hash, []  # nothing missed: nothing to read
+            check_not_behind(tip.head, known_head)
+            prev = tip.last_hash  # nothing missed: nothing to read
+            rows: list[RecordRow] = []
             if tip.head > known_head:
-                prev = self._prev_hash(cur, known_head)
-                rows = cur.execute(
-                    f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? "
-                    "ORDER BY seq",
-                    (self.name, known_head),
-                ).fetchall()
+                prev, rows = self._rows_since(cur, known_head)
             if not within_limits(tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
                                  epsilon_limit, delta_limit, delta_below):
                 return False, tip, prev, rows
@@ -416,14 +405,7 @@ class SQLiteStore:
 
         appended, tip, prev, rows = self._write(insert)
         # Decoded after the commit, so the lock is held only for the arithmetic.
-        missed = check_records(rows, known_head, prev)
-        if known_head + len(missed) != tip.head or (
-            rows[-1][3] if rows else prev
-        ) != tip.last_hash:
-            raise LedgerCorruptError(
-                f"the ledger's cached tip (head {tip.head}) disagrees with its records",
-                seq=tip.head,
-            )
+        missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash)
         return AppendResult(appended, tip.head, tuple(missed))
 
     def append_decided(
@@ -455,25 +437,11 @@ class SQLiteStore:
             if tip is None:
                 raise StorageError(f"ledger {self.name!r} is not initialized")
             self._check_settings()
-            if tip.head < known_head:
-                raise LedgerCorruptError(
-                    f"the ledger holds {tip.head} records, fewer than the {known_head} "
-                    "already seen", seq=tip.head,
-                )
+            check_not_behind(tip.head, known_head)
             missed: list[LedgerRecord] = []
             if tip.head > known_head:
-                prev = self._prev_hash(cur, known_head)
-                rows = cur.execute(
-                    f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? "
-                    "ORDER BY seq",
-                    (self.name, known_head),
-                ).fetchall()
-                missed = check_records(rows, known_head, prev)
-                if known_head + len(missed) != tip.head or rows[-1][3] != tip.last_hash:
-                    raise LedgerCorruptError(
-                        f"the ledger's cached tip (head {tip.head}) disagrees with its "
-                        "records", seq=tip.head,
-                    )
+                prev, rows = self._rows_since(cur, known_head)
+                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash)
             if not decide(missed):
                 return False, tip.head, missed
             self._store_at_head(cur, tip, record, prefix, suffix)
@@ -481,6 +449,15 @@ class SQLiteStore:
 
         appended, seq, missed = self._write(insert)
         return AppendResult(appended, seq, tuple(missed))
+
+    def _rows_since(self, cur: sqlite3.Cursor, start: int) -> tuple[str, list[RecordRow]]:
+        """The hash of record ``start - 1`` and the rows from ``start`` on."""
+        prev = self._prev_hash(cur, start)
+        rows: list[RecordRow] = cur.execute(
+            f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? ORDER BY seq",
+            (self.name, start),
+        ).fetchall()
+        return prev, rows
 
     def _store_at_head(self, cur: sqlite3.Cursor, tip: LedgerTip, record: LedgerRecord,
                        prefix: str, suffix: str) -> None:
