@@ -11,6 +11,7 @@ from dpaccount.mechanisms.blr import BLRMechanism
 from dpaccount.mechanisms.elliptical import EllipticalGaussianMechanism
 from dpaccount.mechanisms.exponential import ExponentialMechanism
 from dpaccount.mechanisms.gaussian import GaussianMechanism
+from dpaccount.mechanisms.integer import IntegerGaussianMechanism, IntegerLaplaceMechanism
 from dpaccount.mechanisms.laplace import LaplaceMechanism
 from dpaccount.mechanisms.randomized_response import RandomizedResponseMechanism
 
@@ -19,6 +20,8 @@ __all__ = [
     "EllipticalGaussianMechanism",
     "ExponentialMechanism",
     "GaussianMechanism",
+    "IntegerGaussianMechanism",
+    "IntegerLaplaceMechanism",
     "LaplaceMechanism",
     "Mechanism",
     "RandomSource",
