@@ -65,6 +65,7 @@ Examples:
     True
 """
 
+from dpaccount.aggregates.groupby import GroupBy, GroupedResult, groupby
 from dpaccount.aggregates.lattice import (
     FixedPoint,
     exact_sum,
@@ -73,18 +74,26 @@ from dpaccount.aggregates.lattice import (
     quantile_utilities,
     sum_sensitivity,
 )
+from dpaccount.aggregates.partitions import ThresholdSelection
 from dpaccount.aggregates.results import AggregatePreview, AggregateResult
 from dpaccount.aggregates.scalar import count, histogram, mean, preview, quantile, sum
+from dpaccount.aggregates.units import ContributionBounds, bound_contributions
 from dpaccount.mechanisms.integer import IntegerGaussianMechanism, IntegerLaplaceMechanism
 
 __all__ = [
     "AggregatePreview",
     "AggregateResult",
+    "ContributionBounds",
     "FixedPoint",
+    "GroupBy",
+    "GroupedResult",
     "IntegerGaussianMechanism",
     "IntegerLaplaceMechanism",
+    "ThresholdSelection",
+    "bound_contributions",
     "count",
     "exact_sum",
+    "groupby",
     "histogram",
     "histogram_counts",
     "lattice_sum",

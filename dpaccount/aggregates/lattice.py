@@ -30,6 +30,7 @@ __all__ = [
     "exact_sum",
     "histogram_counts",
     "lattice_sum",
+    "mean_estimate",
     "quantile_utilities",
     "sum_sensitivity",
 ]
@@ -179,6 +180,29 @@ def histogram_counts(data: Any, edges: Any) -> list[int]:
     arr = float_array(data)
     arr = arr[np.isfinite(arr)]
     return [int(c) for c in np.histogram(arr, bins=check_edges(edges))[0].tolist()]
+
+
+def mean_estimate(
+    noisy_sum: int, noisy_n: int, ws: int, wn: int, centre: int, fp: FixedPoint
+) -> tuple[Fraction, Fraction, Fraction]:
+    """The mean (lattice units) from a noisy centred sum and a noisy count, and its interval.
+
+    The estimate is ``noisy_sum / max(noisy_n, 1) + centre`` clipped to ``[a, b]``
+    (post-processing). When the sum's noise is within ``ws`` and the count's within
+    ``wn``, the true clipped mean is among the corners (sum ± ws) / (n ± wn) + centre,
+    as long as n - wn >= 1; otherwise the interval is the whole range ``[a, b]``.
+
+    Examples:
+        >>> fp = FixedPoint.build(0, 10, granularity=1)
+        >>> mean_estimate(0, 100, 10, 5, 5, fp)
+        (Fraction(5, 1), Fraction(93, 19), Fraction(97, 19))
+    """
+    a, b = Fraction(fp.a), Fraction(fp.b)
+    value = min(max(Fraction(noisy_sum, max(noisy_n, 1)) + centre, a), b)
+    if noisy_n - wn < 1:
+        return value, a, b
+    corners = [Fraction(noisy_sum + ds, noisy_n + dn) for ds in (-ws, ws) for dn in (-wn, wn)]
+    return value, max(min(corners) + centre, a), min(max(corners) + centre, b)
 
 
 def to_float(k: int, g: Fraction) -> float:

@@ -30,6 +30,7 @@ from dpaccount.aggregates.lattice import (
     FixedPoint,
     histogram_counts,
     lattice_sum,
+    mean_estimate,
     quantile_utilities,
     sum_sensitivity,
     to_float,
@@ -305,21 +306,10 @@ def mean(
     noisy_sum = sum_mech.release(lattice_sum(data, fp, centre))
     noisy_n = count_mech.release(len(data))
     g = fp.granularity
-    value_int = Fraction(noisy_sum, max(noisy_n, 1)) + centre
-    value_int = min(max(value_int, Fraction(fp.a)), Fraction(fp.b))
     each = (1.0 + lvl) / 2.0
-    ws, wn = sum_mech.halfwidth(each), count_mech.halfwidth(each)
-    n_lo = noisy_n - wn
-    if n_lo >= 1:
-        corners = [
-            Fraction(noisy_sum + ds, noisy_n + dn)
-            for ds in (-ws, ws)
-            for dn in (-wn, wn)
-        ]
-        lo_int = max(min(corners) + centre, Fraction(fp.a))
-        hi_int = min(max(corners) + centre, Fraction(fp.b))
-    else:
-        lo_int, hi_int = Fraction(fp.a), Fraction(fp.b)
+    value_int, lo_int, hi_int = mean_estimate(
+        noisy_sum, noisy_n, sum_mech.halfwidth(each), count_mech.halfwidth(each), centre, fp
+    )
     return AggregateResult(
         value=float(value_int * g),
         interval=(float(lo_int * g), float(hi_int * g)),

@@ -31,6 +31,7 @@ Examples:
 from __future__ import annotations
 
 import math
+import os
 import random
 import secrets
 from fractions import Fraction
@@ -113,6 +114,22 @@ class RandomSource:
     def randbits(self, k: int) -> int:
         """A uniform integer with ``k`` random bits."""
         return self._gen.getrandbits(k)
+
+    def random_words(self, n: int) -> npt.NDArray[np.uint64]:
+        """``n`` independent uniform 64-bit words (for random priorities, e.g. sampling
+        rows without replacement), from the OS CSPRNG (``os.urandom``) or the test seed.
+
+        Examples:
+            >>> RandomSource.seeded(1).random_words(3).dtype
+            dtype('uint64')
+        """
+        if n <= 0:
+            return np.zeros(0, dtype=np.uint64)
+        if self._secure:
+            raw = os.urandom(8 * n)
+        else:
+            raw = self._gen.getrandbits(64 * n).to_bytes(8 * n, "little")
+        return np.frombuffer(raw, dtype=np.uint64).copy()
 
     def numpy_generator(self) -> np.random.Generator:
         """A numpy Generator seeded from this source (for vectorised TEST helpers only).

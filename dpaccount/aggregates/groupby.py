@@ -1,0 +1,718 @@
+"""Per-group statistics charged once for all groups (parallel composition).
+
+``groupby(frame, "region", keys=[...])`` declares a grouping of a pandas (or polars)
+DataFrame; its `GroupBy.count`, `GroupBy.sum`, `GroupBy.mean`, `GroupBy.histogram` and
+`GroupBy.quantile` each charge **one** ledger record for all groups and return a labelled
+frame with an interval per group (`GroupedResult`).
+
+**Why one group's cost pays for all.** Each group's statistic reads only the rows of its
+group, and a privacy unit's rows fall in at most G = ``max_groups_per_unit`` groups (G = 1
+when one row is one person). Under add/remove of a unit, at most G groups change, each by
+at most that unit's bounded rows, and the groups' noise is independent. With G = 1 the
+guarantee is the largest group's (McSherry 2009, "Privacy Integrated Queries", Thm 4,
+parallel composition); with G > 1 it is the composition of G group mechanisms (Dwork and
+Roth 2014, Thm 3.16, with parallel composition inside each of the G runs). Under
+substitution a changed unit leaves up to G groups and enters up to G others, and a group
+it stays in sees a substitution, so each group's mechanism is built to hold under both
+relations and twice as many groups count. The record is therefore
+
+* ``Parallel(parts, relation)`` for G = 1, one part per declared key, or
+* ``Repeated(Parallel(parts, relation), G)`` for G > 1,
+
+each part calibrated to epsilon / (G m) (and delta / (G m)), m = 1 under add/remove and
+2 under substitution, so that the record's cost is exactly the epsilon (and at most the
+delta) asked for. This holds for any adaptivity the ledger's rule allows: the record is
+one charge with fixed parameters.
+
+**Keys.** Declared keys (``keys=[...]``) are public: every declared key is reported,
+empty or not, and rows whose key is not declared (or missing) are dropped, each by a rule
+that looks at that row alone. Without declared keys, the observed keys are private and
+are selected by `ThresholdSelection` (its per-key delta joins each part; a share
+``selection_share`` of epsilon, and of delta, goes to it). Then the record holds two
+parts standing for the undeclared key domain: how many keys the data has is not
+recorded, since that number is not noised.
+
+**Privacy units.** ``privacy_unit="user_id"`` names the column that identifies a person;
+each person's rows are reduced to ``max_groups_per_unit`` groups and
+``max_rows_per_unit`` rows per group (`dpaccount.aggregates.units`) before any statistic
+is computed, and every sensitivity is computed from these bounds. Without it, one row is
+one person.
+
+Examples:
+    >>> import pandas as pd
+    >>> from dpaccount import Accountant
+    >>> from dpaccount.mechanisms._sampling import RandomSource
+    >>> df = pd.DataFrame({"region": ["N", "S", "N", "E"] * 50, "income": [10.0] * 200})
+    >>> acct = Accountant(1)
+    >>> g = groupby(df, "region", keys=["N", "S", "E", "W"], rng=RandomSource.seeded(1))
+    >>> res = g.count(acct, "0.5")
+    >>> res.cost, list(res.frame.index), list(res.frame.columns)
+    (PrivacyCost(epsilon=0.5, delta=0), ['N', 'S', 'E', 'W'], ['value', 'low', 'high'])
+    >>> type(res.record.charge).__name__, len(res.record.charge.partitions)
+    ('Parallel', 4)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+from dpaccount._numeric import check_delta, check_positive, to_fraction
+from dpaccount.aggregates._checks import (
+    check_accountant,
+    check_bounds,
+    check_edges,
+    check_level,
+    choose_mechanism,
+    float_array,
+    noise_for,
+)
+from dpaccount.aggregates.lattice import (
+    FixedPoint,
+    exact_sum,
+    mean_estimate,
+    quantile_utilities,
+    sum_sensitivity,
+)
+from dpaccount.aggregates.partitions import ThresholdSelection
+from dpaccount.aggregates.units import ContributionBounds, bound_contributions, codes_of
+from dpaccount.charges import Charge, Parallel, Relation, Repeated, cost_of
+from dpaccount.costs import PrivacyCost
+from dpaccount.errors import ConfigError, InvalidCostError
+from dpaccount.mechanisms._sampling import RandomSource, resolve_rng
+from dpaccount.mechanisms.exponential import ExponentialMechanism
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
+
+    from dpaccount.accountant import Accountant
+    from dpaccount.records import LedgerRecord
+
+__all__ = ["GroupBy", "GroupedResult", "groupby"]
+
+
+def _pandas() -> Any:
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - pandas is in the test extra
+        raise ImportError('groupby needs pandas: pip install "dpaccount[pandas]"') from exc
+    return pd
+
+
+@attrs.frozen(repr=False, eq=False)
+class GroupedResult:
+    """Noisy per-group statistics, their intervals and the one ledger record.
+
+    Attributes:
+        frame: A pandas DataFrame indexed by the group key (named as the ``by``
+            column; for a histogram, by key and bin) with columns ``value``, ``low`` and
+            ``high`` (a quantile has ``value`` only: its accuracy is in ranks).
+        level: The confidence level of each row's interval (per group, not
+            simultaneously).
+        error_bound: The noise's half-width at ``level`` in the answer's units, per
+            group (for a mean, the largest half-width of the groups' intervals; for a
+            quantile, in ranks).
+        accuracy: The accuracy statement in words.
+        record: The ledger record: one charge for all groups.
+        sensitivity: One group's sensitivity to one privacy unit, in the answer's units.
+        relation: The neighbouring relation of the ledger.
+        bounds: The contribution bounds applied (G groups, R rows per group and unit).
+        keys_selected: True when the keys were chosen privately (not declared).
+    """
+
+    frame: pd.DataFrame
+    level: float
+    error_bound: float
+    accuracy: str
+    record: LedgerRecord
+    sensitivity: Fraction
+    relation: Relation
+    bounds: ContributionBounds
+    keys_selected: bool
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The (epsilon, delta) charged for all groups together."""
+        return self.record.cost
+
+    def clamped(self, lower: float = 0.0, upper: float | None = None) -> GroupedResult:
+        """The same result with values and intervals clipped to ``[lower, upper]``.
+
+        Free post-processing (no new charge, the same record), e.g. counts at 0.
+        """
+        frame = self.frame.copy()
+        for column in ("value", "low", "high"):
+            if column in frame:
+                frame[column] = frame[column].clip(lower, upper)
+        return attrs.evolve(self, frame=frame)
+
+    def to_polars(self) -> Any:
+        """The frame as a polars DataFrame (the key becomes a column)."""
+        try:
+            import polars as pl
+        except ImportError as exc:
+            raise ImportError('to_polars needs polars: pip install "dpaccount[polars]"') from exc
+        return pl.from_pandas(self.frame.reset_index())
+
+    def __repr__(self) -> str:  # noisy values only; the frame's size, not its rows
+        return (
+            f"GroupedResult({len(self.frame)} rows, cost={self.cost}, level={self.level})"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Reading the frame (schema only before the charge; values only after it)
+# ---------------------------------------------------------------------------------------
+
+
+def _check_frame(data: Any) -> None:
+    kind = type(data).__name__
+    if hasattr(data, "collect") and not hasattr(data, "to_numpy"):
+        raise InvalidCostError(
+            "data", kind,
+            "is a lazy frame (a plan of work, not data): call .collect() first",
+        )
+    if not hasattr(data, "columns") or not hasattr(data, "__len__"):
+        raise InvalidCostError("data", kind, "must be a pandas or polars DataFrame")
+
+
+def _check_column(data: Any, name: Any, what: str) -> None:
+    if not isinstance(name, str) or name not in list(data.columns):
+        raise ConfigError(
+            f"{what} {name!r} is not a column of the {type(data).__name__}; its columns "
+            f"are {list(data.columns)!r}"
+        )
+
+
+def _check_numeric(data: Any, name: str) -> None:
+    schema = getattr(data, "schema", None)
+    if schema is not None and hasattr(schema.get(name), "is_numeric"):  # polars
+        numeric = bool(schema[name].is_numeric())
+    else:
+        numeric = bool(_pandas().api.types.is_numeric_dtype(data[name].dtype))
+    if not numeric:
+        raise InvalidCostError(
+            name, str(data[name].dtype), "must be a numeric column (its dtype is not)"
+        )
+
+
+def _column(data: Any, name: str) -> Any:
+    if hasattr(data, "get_column"):  # polars
+        return data.get_column(name).to_numpy()
+    return data[name]
+
+
+@attrs.frozen
+class _Rows:
+    """The bounded rows of one group-by: each kept row's group index, and the keys."""
+
+    kept: npt.NDArray[np.int64]
+    group: npt.NDArray[np.int64]
+    keys: list[Any]
+    units_per_group: npt.NDArray[np.int64]
+
+
+class GroupBy:
+    """A declared grouping of a DataFrame; each statistic charges one record.
+
+    Build it with `groupby`. It reads no data until a statistic has been charged.
+    """
+
+    def __init__(
+        self,
+        data: Any,
+        by: str,
+        keys: Sequence[Any] | None,
+        privacy_unit: str | None,
+        bounds: ContributionBounds,
+        rng: RandomSource,
+    ) -> None:
+        self._data = data
+        self._by = by
+        self._keys = None if keys is None else list(keys)
+        self._unit = privacy_unit
+        self._bounds = bounds
+        self._rng = rng
+        self._rows: _Rows | None = None
+
+    def __repr__(self) -> str:
+        keys = "private" if self._keys is None else f"{len(self._keys)} declared"
+        return (
+            f"GroupBy({type(self._data).__name__}, by={self._by!r}, keys={keys}, "
+            f"privacy_unit={self._unit!r}, {self._bounds})"
+        )
+
+    @property
+    def bounds(self) -> ContributionBounds:
+        """The contribution bounds every statistic of this grouping relies on."""
+        return self._bounds
+
+    # -- the plan: what a statistic charges, decided before any data is read -----------
+
+    def _plan(
+        self, accountant: Any, epsilon: Any, delta: Any, mechanism: str | None,
+        level: Any, selection_share: Any,
+    ) -> tuple[Relation, str, float, Fraction, Fraction, ThresholdSelection | None]:
+        """Checks, and the per-part epsilon/delta of the statistic and of the selection."""
+        relation = check_accountant(accountant)
+        eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
+        lvl = check_level(level)
+        parts = self._bounds.max_groups_per_unit * (
+            1 if relation is Relation.ADD_REMOVE else 2
+        )
+        selection: ThresholdSelection | None = None
+        if self._keys is None:
+            share = to_fraction(selection_share, "selection_share")
+            if not 0 < share < 1:
+                raise InvalidCostError("selection_share", selection_share, "must be in (0, 1)")
+            if dlt == 0:
+                raise ConfigError(
+                    "the keys are not declared, so they are selected privately, which needs "
+                    "delta > 0 (e.g. delta=1e-6); or declare the public keys with keys=[...]"
+                )
+            kind = choose_mechanism(
+                mechanism or "laplace", dlt if mechanism == "gaussian" else Fraction(0)
+            )
+            sel_delta = dlt if kind == "laplace" else dlt * share
+            selection = ThresholdSelection.calibrate(
+                eps * share / parts, sel_delta / parts
+            )
+            eps, dlt = eps * (1 - share), (Fraction(0) if kind == "laplace" else dlt - sel_delta)
+        else:
+            kind = choose_mechanism(mechanism, dlt)
+        return relation, kind, lvl, eps / parts, dlt / parts, selection
+
+    def _record_charge(
+        self, part: Charge, relation: Relation, selection: ThresholdSelection | None
+    ) -> Charge:
+        if selection is not None:  # the undeclared key domain: two stand-in parts
+            part = cost_of(part) + selection.cost
+            parallel = Parallel((part, part), relation)
+        else:
+            parallel = Parallel((part,) * len(self._keys or ()), relation)
+        g = self._bounds.max_groups_per_unit
+        return parallel if g == 1 else Repeated(parallel, g)
+
+    # -- reading the data (only after the charge) --------------------------------------
+
+    def _read(self) -> _Rows:
+        if self._rows is not None:
+            return self._rows
+        column = _column(self._data, self._by)
+        if self._keys is not None:
+            pd = _pandas()
+            index = pd.Index(self._keys)
+            values = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
+            try:
+                group = np.asarray(index.get_indexer(values), dtype=np.int64)
+            except Exception:  # a hostile column may raise anything
+                group = None
+            if group is None:
+                raise InvalidCostError(
+                    self._by, type(column).__name__, "must be a column of hashable keys"
+                )
+            keys = list(self._keys)
+        else:
+            group, keys = codes_of(column, self._by)
+        if self._unit is None:
+            kept = np.flatnonzero(group >= 0).astype(np.int64)
+            units_per_group = np.bincount(group[kept], minlength=len(keys)).astype(np.int64)
+        else:
+            units, _ = codes_of(_column(self._data, self._unit), self._unit)
+            kept = bound_contributions(units, group, self._bounds, self._rng)
+            pairs = np.unique(units[kept] * max(len(keys), 1) + group[kept])
+            units_per_group = np.bincount(
+                pairs % max(len(keys), 1), minlength=len(keys)
+            ).astype(np.int64)
+        self._rows = _Rows(kept, group[kept], keys, units_per_group)
+        return self._rows
+
+    def _released(
+        self, rows: _Rows, selection: ThresholdSelection | None
+    ) -> list[int]:
+        """The indices of the keys to report: all declared ones, or the selected ones."""
+        if selection is None:
+            return list(range(len(rows.keys)))
+        chosen = [
+            i for i, keep in enumerate(selection.select(rows.units_per_group, self._rng))
+            if keep
+        ]
+        try:  # sorted by key: the data's row order must not show in the output
+            return sorted(chosen, key=lambda i: rows.keys[i])
+        except TypeError:
+            return sorted(chosen, key=lambda i: (type(rows.keys[i]).__name__, repr(rows.keys[i])))
+
+    def _frame(self, keys: list[Any], columns: dict[str, Any]) -> pd.DataFrame:
+        pd = _pandas()
+        return pd.DataFrame(columns, index=pd.Index(keys, name=self._by))
+
+    def _values(self, name: str, rows: _Rows) -> npt.NDArray[np.float64]:
+        return float_array(_column(self._data, name))[rows.kept]
+
+    # -- the statistics -----------------------------------------------------------------
+
+    def count(
+        self,
+        accountant: Accountant,
+        epsilon: Any,
+        *,
+        delta: Any = 0,
+        mechanism: str | None = None,
+        level: Any = 0.95,
+        selection_share: Any = "1/4",
+        label: str | None = None,
+        query_id: str | None = None,
+    ) -> GroupedResult:
+        """Noisy row counts per group.
+
+        One unit changes a group's count by at most R = ``max_rows_per_unit`` (under
+        both relations).
+
+        Args:
+            accountant: The ledger to charge (once, before the data is read).
+            epsilon: > 0, for all groups together.
+            delta: 0 for the discrete Laplace; > 0 for the discrete Gaussian, or for
+                selecting undeclared keys.
+            mechanism: ``"laplace"`` or ``"gaussian"`` (default: by ``delta``, and
+                Laplace when ``delta`` only pays for the key selection).
+            level: Confidence level of each group's interval.
+            selection_share: The share of epsilon (and of delta, for Gaussian noise) that
+                selects undeclared keys.
+            label: The ledger label (default ``"groupby count"``).
+            query_id: An idempotency key, as for `Accountant.charge`.
+        """
+        relation, kind, lvl, eps, dlt, sel = self._plan(
+            accountant, epsilon, delta, mechanism, level, selection_share
+        )
+        r = self._bounds.max_rows_per_unit
+        mech = noise_for(kind, eps, dlt, r, 1, r, self._rng)
+        record = accountant.charge(
+            self._record_charge(mech.charge, relation, sel),
+            label=label or "groupby count", query_id=query_id,
+        )
+        rows = self._read()
+        chosen = self._released(rows, sel)
+        counts = np.bincount(rows.group, minlength=len(rows.keys))
+        noisy = np.asarray(mech.release([int(counts[i]) for i in chosen]), dtype=np.float64)
+        w = mech.halfwidth(lvl)
+        frame = self._frame(
+            [rows.keys[i] for i in chosen],
+            {"value": noisy, "low": noisy - w, "high": noisy + w},
+        )
+        return GroupedResult(
+            frame, lvl, float(w),
+            f"each group's true count is within ±{w} of its value with probability >= {lvl}",
+            record, Fraction(r), relation, self._bounds, sel is not None,
+        )
+
+    def sum(
+        self,
+        column: str,
+        accountant: Accountant,
+        epsilon: Any,
+        *,
+        lower: Any,
+        upper: Any,
+        delta: Any = 0,
+        mechanism: str | None = None,
+        granularity: Any = None,
+        fill: Any = None,
+        level: Any = 0.95,
+        selection_share: Any = "1/4",
+        label: str | None = None,
+        query_id: str | None = None,
+    ) -> GroupedResult:
+        """Noisy sums per group of ``column`` clipped to ``[lower, upper]`` (exact lattice
+        sums, as `dpaccount.aggregates.sum`); one unit moves a group's sum by at most R
+        times one row's sensitivity (the substitution one under substitution)."""
+        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
+        relation, kind, lvl, eps, dlt, sel = plan
+        self._check_value_column(column)
+        fp = FixedPoint.build(lower, upper, granularity, fill)
+        s = self._bounds.max_rows_per_unit * sum_sensitivity(fp, relation)
+        mech = noise_for(kind, eps, dlt, s, 1, s, self._rng)
+        record = accountant.charge(
+            self._record_charge(mech.charge, relation, sel),
+            label=label or "groupby sum", query_id=query_id,
+        )
+        rows = self._read()
+        chosen = self._released(rows, sel)
+        sums = _group_sums(fp.to_ints(self._values(column, rows)), rows, fp, 0)
+        noisy = mech.release([sums[i] for i in chosen])
+        w = mech.halfwidth(lvl)
+        g = fp.granularity
+        value = np.asarray([float(v * g) for v in noisy], dtype=np.float64)
+        half = float(w * g)
+        frame = self._frame(
+            [rows.keys[i] for i in chosen],
+            {
+                "value": value,
+                "low": [float((v - w) * g) for v in noisy],
+                "high": [float((v + w) * g) for v in noisy],
+            },
+        )
+        return GroupedResult(
+            frame, lvl, half,
+            f"each group's clipped sum is within ±{half!r} of its value with probability "
+            f">= {lvl}",
+            record, s * g, relation, self._bounds, sel is not None,
+        )
+
+    def mean(
+        self,
+        column: str,
+        accountant: Accountant,
+        epsilon: Any,
+        *,
+        lower: Any,
+        upper: Any,
+        delta: Any = 0,
+        mechanism: str | None = None,
+        count_share: Any = "1/2",
+        granularity: Any = None,
+        fill: Any = None,
+        level: Any = 0.95,
+        selection_share: Any = "1/4",
+        label: str | None = None,
+        query_id: str | None = None,
+    ) -> GroupedResult:
+        """Noisy means per group: noisy centred sum / noisy count, as
+        `dpaccount.aggregates.mean` in each group (``count_share`` of each part to the
+        count); each group's part is the basic composition of its two releases (Dwork
+        and Roth 2014, Thm 3.16)."""
+        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
+        relation, kind, lvl, eps, dlt, sel = plan
+        share = to_fraction(count_share, "count_share")
+        if not 0 < share < 1:
+            raise InvalidCostError("count_share", count_share, "must be in (0, 1)")
+        self._check_value_column(column)
+        fp = FixedPoint.build(lower, upper, granularity, fill)
+        centre = (fp.a + fp.b) // 2
+        r = self._bounds.max_rows_per_unit
+        s = r * sum_sensitivity(fp, relation, centre)
+        sum_mech = noise_for(kind, eps * (1 - share), dlt * (1 - share), s, 1, s, self._rng)
+        count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, self._rng)
+        part = sum_mech.charge.cost + count_mech.charge.cost
+        record = accountant.charge(
+            self._record_charge(part, relation, sel),
+            label=label or "groupby mean", query_id=query_id,
+        )
+        rows = self._read()
+        chosen = self._released(rows, sel)
+        sums = _group_sums(fp.to_ints(self._values(column, rows)), rows, fp, centre)
+        counts = np.bincount(rows.group, minlength=len(rows.keys))
+        noisy_sums = sum_mech.release([sums[i] for i in chosen])
+        noisy_counts = count_mech.release([int(counts[i]) for i in chosen])
+        each = (1.0 + lvl) / 2.0
+        ws, wn = sum_mech.halfwidth(each), count_mech.halfwidth(each)
+        g = fp.granularity
+        estimates = [
+            mean_estimate(ns, nc, ws, wn, centre, fp)
+            for ns, nc in zip(noisy_sums, noisy_counts, strict=True)
+        ]
+        frame = self._frame(
+            [rows.keys[i] for i in chosen],
+            {
+                "value": [float(v * g) for v, _, _ in estimates],
+                "low": [float(lo * g) for _, lo, _ in estimates],
+                "high": [float(hi * g) for _, _, hi in estimates],
+            },
+        )
+        widest = max((float((hi - lo) * g / 2) for _, lo, hi in estimates), default=0.0)
+        return GroupedResult(
+            frame, lvl, widest,
+            f"each group's clipped mean lies in its interval with probability >= {lvl} "
+            "(union bound over its sum and count)",
+            record, s * g, relation, self._bounds, sel is not None,
+        )
+
+    def histogram(
+        self,
+        column: str,
+        accountant: Accountant,
+        epsilon: Any,
+        *,
+        bins: Any,
+        delta: Any = 0,
+        mechanism: str | None = None,
+        level: Any = 0.95,
+        selection_share: Any = "1/4",
+        label: str | None = None,
+        query_id: str | None = None,
+    ) -> GroupedResult:
+        """Noisy counts per group and bin (numeric edges, as
+        `dpaccount.aggregates.histogram`). One unit's R rows in a group change its bins'
+        counts by at most R in L1 (2R under substitution)."""
+        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
+        relation, kind, lvl, eps, dlt, sel = plan
+        self._check_value_column(column)
+        edges = check_edges(bins)
+        r = self._bounds.max_rows_per_unit
+        moved = r if relation is Relation.ADD_REMOVE else 2 * r
+        coordinates = min(moved, edges.size - 1)
+        mech = noise_for(kind, eps, dlt, r, coordinates, moved, self._rng)
+        record = accountant.charge(
+            self._record_charge(mech.charge, relation, sel),
+            label=label or "groupby histogram", query_id=query_id,
+        )
+        rows = self._read()
+        chosen = self._released(rows, sel)
+        values = self._values(column, rows)
+        finite = np.isfinite(values)
+        nbins = edges.size - 1
+        labels = [f"[{edges[j]:g}, {edges[j + 1]:g}{']' if j == nbins - 1 else ')'}"
+                  for j in range(nbins)]
+        w = mech.halfwidth(lvl)
+        out_keys: list[tuple[Any, str]] = []
+        out_values: list[float] = []
+        for i in chosen:
+            mine = values[(rows.group == i) & finite]
+            counts = np.histogram(mine, bins=edges)[0].tolist()
+            noisy = mech.release([int(c) for c in counts])
+            out_keys.extend((rows.keys[i], b) for b in labels)
+            out_values.extend(float(v) for v in noisy)
+        pd = _pandas()
+        value = np.asarray(out_values, dtype=np.float64)
+        frame = pd.DataFrame(
+            {"value": value, "low": value - w, "high": value + w},
+            index=pd.MultiIndex.from_tuples(out_keys, names=[self._by, "bin"])
+            if out_keys else pd.MultiIndex.from_arrays([[], []], names=[self._by, "bin"]),
+        )
+        return GroupedResult(
+            frame, lvl, float(w),
+            f"each bin's true count is within ±{w} of its value with probability >= {lvl}",
+            record, Fraction(moved), relation, self._bounds, sel is not None,
+        )
+
+    def quantile(
+        self,
+        column: str,
+        accountant: Accountant,
+        epsilon: Any,
+        q: Any,
+        *,
+        lower: Any,
+        upper: Any,
+        grid_size: int = 1001,
+        level: Any = 0.95,
+        delta: Any = 0,
+        selection_share: Any = "1/4",
+        label: str | None = None,
+        query_id: str | None = None,
+    ) -> GroupedResult:
+        """A private q-quantile per group by the exponential mechanism over a grid of
+        ``grid_size`` points from ``lower`` to ``upper`` (as `dpaccount.aggregates.quantile`);
+        one unit's R rows move a group's utilities by at most R max(q, 1 - q) under
+        add/remove and R under substitution."""
+        # the exponential mechanism is pure: delta can only pay for the key selection
+        plan = self._plan(accountant, epsilon, delta, "laplace", level, selection_share)
+        relation, _kind, lvl, eps, _dlt, sel = plan
+        qf = to_fraction(q, "q")
+        if not 0 <= qf <= 1:
+            raise InvalidCostError("q", q, "must be in [0, 1]")
+        lo, hi = check_bounds(lower, upper)
+        if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 2:
+            raise InvalidCostError("grid_size", grid_size, "must be an integer >= 2")
+        self._check_value_column(column)
+        grid = np.unique(np.linspace(lo, hi, grid_size))
+        r = self._bounds.max_rows_per_unit
+        sens = r * (max(qf, 1 - qf) if relation is Relation.ADD_REMOVE else Fraction(1))
+        mech = ExponentialMechanism(eps, sens, rng=self._rng)
+        record = accountant.charge(
+            self._record_charge(mech.charge, relation, sel),
+            label=label or "groupby quantile", query_id=query_id,
+        )
+        rows = self._read()
+        chosen = self._released(rows, sel)
+        values = self._values(column, rows)
+        picked = [
+            float(grid[mech.release(quantile_utilities(values[rows.group == i], grid, qf))])
+            for i in chosen
+        ]
+        rank_err = float(2 * sens / eps) * (
+            math.log(grid.size) + math.log(1.0 / (1.0 - lvl))
+        ) * (1 + 1e-12)
+        frame = self._frame([rows.keys[i] for i in chosen], {"value": picked})
+        return GroupedResult(
+            frame, lvl, rank_err,
+            f"with probability >= {lvl} each group's value has a rank within the best grid "
+            f"point's rank error + {rank_err:.4g} of q*n",
+            record, sens, relation, self._bounds, sel is not None,
+        )
+
+    def _check_value_column(self, column: Any) -> None:
+        _check_column(self._data, column, "column")
+        _check_numeric(self._data, column)
+
+
+def _group_sums(
+    ints: npt.NDArray[np.int64], rows: _Rows, fp: FixedPoint, centre: int
+) -> list[int]:
+    """Exact per-group sums of (int - centre), in lattice steps."""
+    bound = max(abs(fp.a), abs(fp.b))
+    order = np.argsort(rows.group, kind="stable")
+    groups = rows.group[order]
+    ints = ints[order]
+    starts = np.searchsorted(groups, np.arange(len(rows.keys)), side="left")
+    ends = np.searchsorted(groups, np.arange(len(rows.keys)), side="right")
+    return [
+        exact_sum(ints[a:b], bound) - (b - a) * centre
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+
+
+def groupby(
+    data: Any,
+    by: str,
+    *,
+    keys: Sequence[Any] | None = None,
+    privacy_unit: str | None = None,
+    max_groups_per_unit: int = 1,
+    max_rows_per_unit: int = 1,
+    rng: Any = None,
+) -> GroupBy:
+    """Declare a grouping of ``data`` by the column ``by``; nothing is read or charged.
+
+    Args:
+        data: A pandas or polars DataFrame (a polars LazyFrame is refused: collect it).
+        by: The column holding the group key.
+        keys: The public keys (declared, data-independent). ``None``: the observed keys
+            are selected privately (`ThresholdSelection`), which needs delta > 0.
+        privacy_unit: The column identifying a person. ``None``: one row is one person
+            (then both bounds must stay 1).
+        max_groups_per_unit: G, how many groups one person may contribute to.
+        max_rows_per_unit: R, how many rows one person may contribute to each group.
+        rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG (for
+            the noise and for contribution bounding).
+
+    Raises:
+        InvalidCostError: ``data`` is not a DataFrame, or a bound is not a positive
+            integer, or the keys repeat.
+        ConfigError: A column is missing, or bounds are given without a privacy unit.
+    """
+    _check_frame(data)
+    _check_column(data, by, "by")
+    bounds = ContributionBounds(max_groups_per_unit, max_rows_per_unit)
+    if privacy_unit is None:
+        if not bounds.is_one_row_per_unit:
+            raise ConfigError(
+                "max_groups_per_unit / max_rows_per_unit bound what one person contributes: "
+                "name the column that identifies a person with privacy_unit=..."
+            )
+    else:
+        _check_column(data, privacy_unit, "privacy_unit")
+    if keys is not None:
+        if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+            raise InvalidCostError("keys", type(keys).__name__, "must be a list of keys")
+        declared = list(keys)
+        if not declared:
+            raise InvalidCostError("keys", "[]", "declare at least one key")
+        if not _pandas().Index(declared).is_unique:
+            raise InvalidCostError("keys", f"{len(declared)} keys", "must be distinct")
+    return GroupBy(data, by, keys, privacy_unit, bounds, resolve_rng(rng))
