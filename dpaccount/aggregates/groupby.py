@@ -158,7 +158,8 @@ class GroupedResult:
             import polars as pl
         except ImportError as exc:
             raise ImportError('to_polars needs polars: pip install "dpaccount[polars]"') from exc
-        return pl.from_pandas(self.frame.reset_index())
+        flat = self.frame.reset_index()
+        return pl.DataFrame({str(c): flat[c].tolist() for c in flat.columns})
 
     def __repr__(self) -> str:  # noisy values only; the frame's size, not its rows
         return (

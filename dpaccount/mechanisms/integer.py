@@ -46,9 +46,10 @@ def _laplace_tail_halfwidth(scale: Fraction, level: float) -> int:
 
     P[|Y| >= m] = 2 q^m / (1 + q), q = exp(-1 / scale), for m >= 1 (geometric series).
     """
-    q = math.exp(-1.0 / float(scale))
+    log_q = -1.0 / float(scale)  # q itself may underflow to 0 for a tiny scale
+    q = math.exp(log_q)
     miss = 1.0 - level
-    m = max(1, math.ceil(math.log(miss * (1.0 + q) / 2.0) / math.log(q)))
+    m = max(1, math.ceil(math.log(miss * (1.0 + q) / 2.0) / log_q))
     while 2.0 * q**m / (1.0 + q) * (1.0 + 1e-9) > miss:
         m += 1
     return m - 1

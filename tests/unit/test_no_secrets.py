@@ -268,3 +268,29 @@ def test_async_guard_does_not_block_the_event_loop_while_charging() -> None:
     assert len(acct.records) == 1
     # The loop ticked while the charge waited (a blocking charge would finish first).
     assert ticks[-1] <= charged_at[0]
+
+
+# -- group-by ---------------------------------------------------------------------------
+
+
+def _hostile_frames() -> list[pd.DataFrame]:
+    return [
+        # the value column holds text: refused by its dtype, before the charge
+        pd.DataFrame({"k": ["a", "b"], "x": [CANARY_TEXT, "y"], "u": [1, 2]}),
+        # unhashable keys and units: refused after the charge, naming the type
+        pd.DataFrame({"k": [[CANARY_NUMBER], [1.0]], "x": [1.0, 2.0], "u": [1, 2]}),
+        pd.DataFrame({"k": ["a", "b"], "x": [1.0, 2.0], "u": [[CANARY_TEXT], [2]]}),
+    ]
+
+
+@pytest.mark.parametrize("df", _hostile_frames(), ids=["text-values", "list-keys", "list-units"])
+@pytest.mark.parametrize("declared", [True, False], ids=["keys", "private-keys"])
+def test_groupby_names_only_the_type(df: pd.DataFrame, declared: bool,
+                                     caplog: pytest.LogCaptureFixture) -> None:
+    acct = Accountant(Budget(100, "1e-3"))
+    keys = ["a", "b"] if declared else None
+    g = aggregates.groupby(df, "k", keys=keys, privacy_unit="u", max_rows_per_unit=2)
+    options = {"lower": 0, "upper": 1, "delta": "1e-6"}
+    _check(lambda: g.sum("x", acct, 1, **options), caplog)
+    _check(lambda: g.mean("x", acct, 1, **options), caplog)
+    assert all(m not in repr(g) for m in MARKERS)

@@ -1,0 +1,110 @@
+"""Contribution bounding: no unit ever exceeds its bounds, and no more is dropped than needed.
+
+Also the adversarial inputs of the pipelines issue (one unit with a million rows, missing
+keys and units, keys outside the declared set) and a uniformity check of the sampling.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from dpaccount import Accountant, Budget, Parallel
+from dpaccount.aggregates import ContributionBounds, bound_contributions, groupby
+from dpaccount.mechanisms import IntegerLaplaceMechanism
+from dpaccount.mechanisms._sampling import RandomSource
+
+codes = st.lists(
+    st.tuples(st.integers(-1, 6), st.integers(-1, 5)), min_size=0, max_size=300
+)
+
+
+def _check(units: np.ndarray, groups: np.ndarray, bounds: ContributionBounds,
+           kept: np.ndarray) -> None:
+    valid = (units >= 0) & (groups >= 0)
+    assert np.all(valid[kept]), "a row with a missing unit or group was kept"
+    assert np.all(np.diff(kept) > 0), "indices are ascending and distinct"
+    for u in set(units[valid].tolist()):
+        mine = kept[units[kept] == u]
+        per_group = Counter(groups[mine].tolist())
+        # the bounds hold ...
+        assert len(per_group) <= bounds.max_groups_per_unit
+        assert all(c <= bounds.max_rows_per_unit for c in per_group.values())
+        # ... and nothing more is dropped than they require
+        all_groups = Counter(groups[valid & (units == u)].tolist())
+        assert len(per_group) == min(bounds.max_groups_per_unit, len(all_groups))
+        for g, c in per_group.items():
+            assert c == min(bounds.max_rows_per_unit, all_groups[g])
+
+
+@settings(max_examples=200, deadline=None)
+@given(codes, st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**32))
+def test_no_unit_exceeds_its_bounds(pairs: list[tuple[int, int]], g: int, r: int,
+                                    seed: int) -> None:
+    units = np.array([p[0] for p in pairs], dtype=np.int64)
+    groups = np.array([p[1] for p in pairs], dtype=np.int64)
+    bounds = ContributionBounds(g, r)
+    kept = bound_contributions(units, groups, bounds, RandomSource.seeded(seed))
+    _check(units, groups, bounds, kept)
+
+
+def test_one_unit_with_a_million_rows() -> None:
+    n = 1_000_000
+    units = np.zeros(n, dtype=np.int64)
+    units[::1000] = np.arange(1, n // 1000 + 1)  # a thousand other units, one row each
+    groups = np.arange(n, dtype=np.int64) % 7
+    bounds = ContributionBounds(2, 3)
+    kept = bound_contributions(units, groups, bounds, RandomSource())  # the OS CSPRNG
+    big = kept[units[kept] == 0]
+    assert len(set(groups[big].tolist())) == 2 and len(big) == 6
+    assert np.sum(units[kept] != 0) == n // 1000
+
+
+def test_adversarial_frame_counts_respect_the_bounds() -> None:
+    # one unit floods a group; keys outside the declared set, missing keys and units
+    rows = (
+        [("flood", "a", 1.0)] * 50_000
+        + [("u1", "a", 1.0), ("u1", "b", 1.0), ("u1", "zz", 1.0)]
+        + [("u2", None, 1.0), (None, "a", 1.0), ("u3", float("nan"), 1.0)]
+    )
+    df = pd.DataFrame(rows, columns=["user", "key", "x"])
+    acct = Accountant(Budget(10**6))
+    g = groupby(df, "key", keys=["a", "b"], privacy_unit="user",
+                max_groups_per_unit=1, max_rows_per_unit=2, rng=RandomSource.seeded(4))
+    res = g.count(acct, 10**5)  # noise scale 2e-5: zero with overwhelming probability
+    counts = res.frame["value"]
+    # flood: 2 rows in a; u1: one of a, b (its third key is not declared); others dropped
+    assert counts["a"] + counts["b"] == 3
+    assert counts["a"] >= 2
+    part = IntegerLaplaceMechanism(Fraction(10**5), 2).charge
+    assert res.record.charge == Parallel((part, part))
+
+
+def test_the_rows_kept_are_uniform() -> None:
+    """Each of a unit's 5 rows is kept with probability 1/5 (R = 1).
+
+    Chi-square goodness of fit over 5,000 seeded draws; false-positive rate 1e-6.
+    """
+    units = np.zeros(5, dtype=np.int64)
+    groups = np.zeros(5, dtype=np.int64)
+    source = RandomSource.seeded(11)
+    hits = Counter(
+        int(bound_contributions(units, groups, ContributionBounds(1, 1), source)[0])
+        for _ in range(5_000)
+    )
+    observed = [hits[i] for i in range(5)]
+    assert stats.chisquare(observed).pvalue > 1e-6
+
+
+def test_bounds_without_a_privacy_unit_are_refused() -> None:
+    from dpaccount import ConfigError
+
+    with pytest.raises(ConfigError, match="privacy_unit"):
+        groupby(pd.DataFrame({"k": ["a"]}), "k", max_groups_per_unit=2)
