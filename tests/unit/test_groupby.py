@@ -196,12 +196,15 @@ def test_threshold_selection_delta_is_the_exact_tail_and_the_threshold_minimal()
                        (Fraction(3), Fraction(1, 100))]:
         sel = ThresholdSelection.calibrate(eps, delta)
         q = mpmath.e ** (-mpmath.mpf(eps.numerator) / eps.denominator)
-        # P[Y >= m] for P[Y = y] = (1 - q) / (1 + q) q^|y|, summed term by term
-        def tail(m: int) -> Any:
-            return mpmath.nsum(lambda y: (1 - q) / (1 + q) * q**y, [m, mpmath.inf])
-        exact = tail(sel.threshold - 1)
+        exact = _tail(mpmath, q, sel.threshold - 1)
         assert exact <= mpmath.mpf(sel.delta.numerator) / sel.delta.denominator <= delta
-        assert sel.threshold == 2 or tail(sel.threshold - 2) > delta  # no smaller T fits
+        # no smaller threshold fits
+        assert sel.threshold == 2 or _tail(mpmath, q, sel.threshold - 2) > delta
+
+
+def _tail(mpmath: Any, q: Any, m: int) -> Any:
+    """P[Y >= m] for P[Y = y] = (1 - q) / (1 + q) q^|y|, summed term by term."""
+    return mpmath.nsum(lambda y: (1 - q) / (1 + q) * q**y, [m, mpmath.inf])
 
 
 def test_polars_in_and_out() -> None:
