@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from dpaccount._numeric import check_positive, float_up, to_fraction
 from dpaccount.aggregates._checks import (
@@ -36,8 +37,10 @@ from dpaccount.aggregates.lattice import (
     to_float,
 )
 from dpaccount.aggregates.results import AggregatePreview, AggregateResult
+from dpaccount.aggregates.units import ContributionBounds, bound_contributions, codes_of
 from dpaccount.charges import Relation
 from dpaccount.errors import ConfigError, InvalidCostError
+from dpaccount.mechanisms._sampling import resolve_rng
 from dpaccount.mechanisms.exponential import ExponentialMechanism
 from dpaccount.mechanisms.integer import IntegerNoise
 
@@ -47,26 +50,61 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["count", "histogram", "mean", "preview", "quantile", "sum"]
 
 
+def _rows_per_unit(data: Any, privacy_unit: Any, max_rows_per_unit: Any) -> int:
+    """R, checked before the charge: 1 without a privacy unit (one row, one person)."""
+    r = ContributionBounds(1, max_rows_per_unit).max_rows_per_unit
+    if privacy_unit is None:
+        if r != 1:
+            raise ConfigError(
+                "max_rows_per_unit bounds what one person contributes: pass the column that "
+                "identifies a person with privacy_unit=..."
+            )
+        return 1
+    check_container(privacy_unit)
+    check_container(data)
+    if len(privacy_unit) != len(data):
+        raise InvalidCostError(
+            "privacy_unit", type(privacy_unit).__name__,
+            "must hold one entry per row of data (the same length)",
+        )
+    return r
+
+
+def _kept(data: Any, privacy_unit: Any, r: int, rng: Any) -> npt.NDArray[np.int64] | None:
+    """After the charge: the rows kept so that each person has at most R (None: all)."""
+    if privacy_unit is None:
+        return None
+    units, _ = codes_of(privacy_unit, "privacy_unit")
+    groups = np.zeros(units.size, dtype=np.int64)
+    return bound_contributions(units, groups, ContributionBounds(1, r), resolve_rng(rng))
+
+
+def _subset(data: Any, kept: npt.NDArray[np.int64] | None) -> Any:
+    """The numeric data restricted to the kept rows (the data itself when all are kept)."""
+    return data if kept is None else float_array(data)[kept]
+
+
 def _count_setup(
-    accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any, rng: Any
+    accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any, rng: Any,
+    r: int = 1,
 ) -> tuple[Relation, IntegerNoise, float]:
     relation, eps, dlt, kind, lvl = checked(accountant, epsilon, delta, mechanism, level)
-    return relation, noise_for(kind, eps, dlt, 1, 1, 1, rng), lvl
+    return relation, noise_for(kind, eps, dlt, r, 1, r, rng), lvl
 
 
 def _sum_setup(
     accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any,
-    lower: Any, upper: Any, granularity: Any, fill: Any, rng: Any,
+    lower: Any, upper: Any, granularity: Any, fill: Any, rng: Any, r: int = 1,
 ) -> tuple[Relation, IntegerNoise, float, FixedPoint, int]:
     relation, eps, dlt, kind, lvl = checked(accountant, epsilon, delta, mechanism, level)
     fp = FixedPoint.build(lower, upper, granularity, fill)
-    s = sum_sensitivity(fp, relation)
+    s = r * sum_sensitivity(fp, relation)
     return relation, noise_for(kind, eps, dlt, s, 1, s, rng), lvl, fp, s
 
 
 def _histogram_setup(
     accountant: Any, epsilon: Any, delta: Any, mechanism: str | None, level: Any,
-    bins: Any, categories: Sequence[Any] | None, rng: Any,
+    bins: Any, categories: Sequence[Any] | None, rng: Any, r: int = 1,
 ) -> tuple[Relation, IntegerNoise, float, Any, list[Any]]:
     relation, eps, dlt, kind, lvl = checked(accountant, epsilon, delta, mechanism, level)
     if (bins is None) == (categories is None):
@@ -75,8 +113,11 @@ def _histogram_setup(
     cats = list(categories) if categories is not None else []
     if categories is not None and not cats:
         raise InvalidCostError("categories", categories, "at least one category is needed")
-    moved = 1 if relation is Relation.ADD_REMOVE else 2
-    return relation, noise_for(kind, eps, dlt, 1, moved, moved, rng), lvl, edges, cats
+    # R rows of a person change at most R bins by 1 each (2R under substitution)
+    moved = r if relation is Relation.ADD_REMOVE else 2 * r
+    nbins = edges.size - 1 if edges is not None else len(cats)
+    mech = noise_for(kind, eps, dlt, r, min(moved, nbins), moved, rng)
+    return relation, mech, lvl, edges, cats
 
 
 def preview(
@@ -105,20 +146,21 @@ def preview(
     common = (accountant, epsilon, options.get("delta", 0), options.get("mechanism"), level)
     rng = options.get("rng")
     unit: Fraction = Fraction(1)
+    if aggregate not in (count, sum, histogram):
+        raise ConfigError("preview() covers count, sum and histogram")
+    r = _rows_per_unit(data, options.get("privacy_unit"), options.get("max_rows_per_unit", 1))
     if aggregate is count:
-        _relation, mech, lvl = _count_setup(*common, rng)
+        _relation, mech, lvl = _count_setup(*common, rng, r)
     elif aggregate is sum:
         _relation, mech, lvl, fp, _s = _sum_setup(
             *common, options.get("lower"), options.get("upper"),
-            options.get("granularity"), options.get("fill"), rng,
+            options.get("granularity"), options.get("fill"), rng, r,
         )
         unit = fp.granularity
-    elif aggregate is histogram:
-        _relation, mech, lvl, _edges, _cats = _histogram_setup(
-            *common, options.get("bins"), options.get("categories"), rng
-        )
     else:
-        raise ConfigError("preview() covers count, sum and histogram")
+        _relation, mech, lvl, _edges, _cats = _histogram_setup(
+            *common, options.get("bins"), options.get("categories"), rng, r
+        )
     check_container(data)
     w = mech.halfwidth(lvl)
     return AggregatePreview(accountant.preview(mech), lvl, to_float(w, unit))
@@ -135,6 +177,8 @@ def count(
     label: str | None = None,
     rng: Any = None,
     query_id: str | None = None,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int = 1,
 ) -> AggregateResult:
     """A noisy count of the records (rows) of ``data``.
 
@@ -152,6 +196,11 @@ def count(
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
+        privacy_unit: The person each row belongs to (an array or Series as long as
+            ``data``). ``None``: one row is one person.
+        max_rows_per_unit: R, the most rows one person may contribute; each person's
+            rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
+            the sensitivity is R times one row's.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -160,10 +209,12 @@ def count(
         >>> res.cost, res.sensitivity
         (PrivacyCost(epsilon=0.5, delta=0), Fraction(1, 1))
     """
-    relation, mech, lvl = _count_setup(accountant, epsilon, delta, mechanism, level, rng)
+    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
+    relation, mech, lvl = _count_setup(accountant, epsilon, delta, mechanism, level, rng, r)
     check_container(data)
     record = accountant.charge(mech, label=label or "count", query_id=query_id)
-    noisy = mech.release(len(data))
+    kept = _kept(data, privacy_unit, r, rng)
+    noisy = mech.release(len(data) if kept is None else int(kept.size))
     w = mech.halfwidth(lvl)
     return AggregateResult(
         value=float(noisy),
@@ -172,7 +223,7 @@ def count(
         error_bound=float(w),
         accuracy=f"the true count is within ±{w} of the value with probability >= {lvl}",
         record=record,
-        sensitivity=Fraction(1),
+        sensitivity=Fraction(r),
         relation=relation,
     )
 
@@ -192,6 +243,8 @@ def sum(
     label: str | None = None,
     rng: Any = None,
     query_id: str | None = None,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int = 1,
 ) -> AggregateResult:
     """A noisy sum of values clipped to ``[lower, upper]``, summed exactly on a lattice.
 
@@ -210,16 +263,23 @@ def sum(
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
+        privacy_unit: The person each row belongs to (an array or Series as long as
+            ``data``). ``None``: one row is one person.
+        max_rows_per_unit: R, the most rows one person may contribute; each person's
+            rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
+            the sensitivity is R times one row's.
 
     Returns:
         The result; ``sensitivity`` is ``S * g`` (see the module table).
     """
+    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation, mech, lvl, fp, s = _sum_setup(
-        accountant, epsilon, delta, mechanism, level, lower, upper, granularity, fill, rng
+        accountant, epsilon, delta, mechanism, level, lower, upper, granularity, fill, rng, r
     )
     check_container(data)
     record = accountant.charge(mech, label=label or "sum", query_id=query_id)
-    noisy = mech.release(lattice_sum(data, fp))
+    kept = _kept(data, privacy_unit, r, rng)
+    noisy = mech.release(lattice_sum(_subset(data, kept), fp))
     w = mech.halfwidth(lvl)
     g = fp.granularity
     return AggregateResult(
@@ -254,6 +314,8 @@ def mean(
     label: str | None = None,
     rng: Any = None,
     query_id: str | None = None,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int = 1,
 ) -> AggregateResult:
     """A noisy mean of values clipped to ``[lower, upper]``: noisy centred sum / noisy count.
 
@@ -281,6 +343,11 @@ def mean(
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
+        privacy_unit: The person each row belongs to (an array or Series as long as
+            ``data``). ``None``: one row is one person.
+        max_rows_per_unit: R, the most rows one person may contribute; each person's
+            rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
+            the sensitivity is R times one row's.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -291,20 +358,22 @@ def mean(
         >>> 0 <= res.value <= 4
         True
     """
+    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation, eps, dlt, kind, lvl = checked(accountant, epsilon, delta, mechanism, level)
     share = to_fraction(count_share, "count_share")
     if not 0 < share < 1:
         raise InvalidCostError("count_share", count_share, "must be in (0, 1)")
     fp = FixedPoint.build(lower, upper, granularity, fill)
     centre = (fp.a + fp.b) // 2
-    s = sum_sensitivity(fp, relation, centre)
+    s = r * sum_sensitivity(fp, relation, centre)
     sum_mech = noise_for(kind, eps * (1 - share), dlt * (1 - share), s, 1, s, rng)
-    count_mech = noise_for(kind, eps * share, dlt * share, 1, 1, 1, rng)
+    count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, rng)
     total_cost = sum_mech.charge.cost + count_mech.charge.cost  # two mechanisms, one record
     check_container(data)
     record = accountant.charge(total_cost, label=label or "mean", query_id=query_id)
-    noisy_sum = sum_mech.release(lattice_sum(data, fp, centre))
-    noisy_n = count_mech.release(len(data))
+    kept = _kept(data, privacy_unit, r, rng)
+    noisy_sum = sum_mech.release(lattice_sum(_subset(data, kept), fp, centre))
+    noisy_n = count_mech.release(len(data) if kept is None else int(kept.size))
     g = fp.granularity
     each = (1.0 + lvl) / 2.0
     value_int, lo_int, hi_int = mean_estimate(
@@ -339,6 +408,8 @@ def histogram(
     label: str | None = None,
     rng: Any = None,
     query_id: str | None = None,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int = 1,
 ) -> AggregateResult:
     """Noisy counts over declared bins (numeric edges) or declared categories.
 
@@ -361,6 +432,11 @@ def histogram(
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
+        privacy_unit: The person each row belongs to (an array or Series as long as
+            ``data``). ``None``: one row is one person.
+        max_rows_per_unit: R, the most rows one person may contribute; each person's
+            rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
+            the sensitivity is R times one row's.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -368,17 +444,21 @@ def histogram(
         >>> res.value.shape
         (2,)
     """
+    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation, mech, lvl, edges, cats = _histogram_setup(
-        accountant, epsilon, delta, mechanism, level, bins, categories, rng
+        accountant, epsilon, delta, mechanism, level, bins, categories, rng, r
     )
     check_container(data)
     record = accountant.charge(mech, label=label or "histogram", query_id=query_id)
+    kept = _kept(data, privacy_unit, r, rng)
     if edges is not None:
-        counts = histogram_counts(data, edges)
+        counts = histogram_counts(_subset(data, kept), edges)
     else:
         index = {c: i for i, c in enumerate(cats)}
         counts = [0] * len(cats)
         values = data.tolist() if hasattr(data, "tolist") else list(data)
+        if kept is not None:
+            values = [values[i] for i in kept.tolist()]
         for v in values:
             try:
                 i = index.get(v)
@@ -399,7 +479,7 @@ def histogram(
             "(per bin, not simultaneously)"
         ),
         record=record,
-        sensitivity=Fraction(1 if relation is Relation.ADD_REMOVE else 2),
+        sensitivity=Fraction(r if relation is Relation.ADD_REMOVE else 2 * r),
         relation=relation,
     )
 
@@ -418,6 +498,8 @@ def quantile(
     label: str | None = None,
     rng: Any = None,
     query_id: str | None = None,
+    privacy_unit: Any = None,
+    max_rows_per_unit: int = 1,
 ) -> AggregateResult:
     """A private q-quantile chosen by the exponential mechanism over a declared grid.
 
@@ -445,6 +527,11 @@ def quantile(
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG.
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
+        privacy_unit: The person each row belongs to (an array or Series as long as
+            ``data``). ``None``: one row is one person.
+        max_rows_per_unit: R, the most rows one person may contribute; each person's
+            rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
+            the sensitivity is R times one row's.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -453,6 +540,7 @@ def quantile(
         >>> res.cost.epsilon, res.interval is None
         (Fraction(1, 1), True)
     """
+    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation = check_accountant(accountant)
     eps = check_positive(epsilon, "epsilon")
     qf = to_fraction(q, "q")
@@ -472,11 +560,11 @@ def quantile(
         if isinstance(grid_size, bool) or not isinstance(grid_size, int) or grid_size < 2:
             raise InvalidCostError("grid_size", grid_size, "must be an integer >= 2")
         grid = np.unique(np.linspace(lo, hi, grid_size))
-    sens = max(qf, 1 - qf) if relation is Relation.ADD_REMOVE else Fraction(1)
+    sens = r * (max(qf, 1 - qf) if relation is Relation.ADD_REMOVE else Fraction(1))
     mech = ExponentialMechanism(eps, sens, rng=rng)
     check_container(data)
     record = accountant.charge(mech, label=label or "quantile", query_id=query_id)
-    utilities = quantile_utilities(data, grid, qf)
+    utilities = quantile_utilities(_subset(data, _kept(data, privacy_unit, r, rng)), grid, qf)
     chosen = float(grid[mech.release(utilities)])
     miss = 1.0 - lvl
     rank_err = float_up(

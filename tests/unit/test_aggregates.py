@@ -339,3 +339,44 @@ class _Sized:
 
     def __len__(self) -> int:
         raise AssertionError("preview read the data")
+
+
+# -- privacy units on one column ---------------------------------------------------------
+
+
+def test_privacy_unit_bounds_each_persons_rows_and_scales_the_sensitivity() -> None:
+    from dpaccount import aggregates
+    from dpaccount.mechanisms import IntegerLaplaceMechanism
+
+    # one person with 1,000 rows, 10 people with one row each
+    units = np.array([0] * 1000 + list(range(1, 11)))
+    values = np.ones(units.size)
+    acct = Accountant(Budget(10**6))
+    res = aggregates.count(values, acct, 10**5, privacy_unit=units, max_rows_per_unit=3,
+                           rng=RandomSource.seeded(1))
+    assert res.value == 13.0  # noise of scale 3e-5 is zero with overwhelming probability
+    assert res.sensitivity == 3
+    assert res.record.charge == IntegerLaplaceMechanism(10**5, 3).charge
+    total = aggregates.sum(values * 5, acct, 10**5, lower=0, upper=10, granularity=1,
+                           privacy_unit=units, max_rows_per_unit=2)
+    assert total.value == 60.0 and total.sensitivity == 20
+    hist = aggregates.histogram(values, acct, 10**5, bins=[0, 2, 4], privacy_unit=units,
+                                max_rows_per_unit=2)
+    assert hist.value.tolist() == [12.0, 0.0] and hist.sensitivity == 2
+    mean = aggregates.mean(values, acct, 10**5, lower=0, upper=2, privacy_unit=units,
+                           max_rows_per_unit=2)
+    assert abs(mean.value - 1.0) < 1e-3  # noise of a few lattice steps of 2**-29
+
+
+def test_privacy_unit_mistakes_are_refused_before_the_charge() -> None:
+    from dpaccount import ConfigError, aggregates
+
+    acct = Accountant(Budget(10))
+    with pytest.raises(ConfigError, match="privacy_unit"):
+        aggregates.count([1, 2], acct, 1, max_rows_per_unit=2)
+    with pytest.raises(InvalidCostError, match="same length"):
+        aggregates.sum([1.0, 2.0], acct, 1, lower=0, upper=1, privacy_unit=[1])
+    with pytest.raises(InvalidCostError, match="max_rows_per_unit"):
+        aggregates.mean([1.0], acct, 1, lower=0, upper=1, privacy_unit=[1],
+                        max_rows_per_unit=0)
+    assert len(acct.records) == 0
