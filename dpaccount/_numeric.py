@@ -76,7 +76,7 @@ def int_text(value: int) -> str:
 
 
 def text_int(text: str) -> int:
-    """The integer written by :func:`int_text` (digits, optional sign), of any size.
+    """The integer written by `int_text` (digits, optional sign), of any size.
 
     Raises:
         ValueError: The text is not an integer.

@@ -65,7 +65,7 @@ Examples:
     True
 """
 
-from dpaccount.aggregates.groupby import GroupBy, GroupedResult, groupby
+from dpaccount.aggregates.grouping import GroupBy, GroupedResult, groupby
 from dpaccount.aggregates.lattice import (
     FixedPoint,
     exact_sum,
