@@ -46,12 +46,22 @@ def _laplace_tail_halfwidth(scale: Fraction, level: float) -> int:
 
     P[|Y| >= m] = 2 q^m / (1 + q), q = exp(-1 / scale), for m >= 1 (geometric series).
     """
-    log_q = -1.0 / float(scale)  # q itself may underflow to 0 for a tiny scale
+    # q^m is computed as exp(m log q): q itself may underflow to 0 (a tiny scale) or
+    # round to within 1e-16 of 1 (a huge one), where q**m would be far off
+    log_q = -1.0 / float(scale)
     q = math.exp(log_q)
     miss = 1.0 - level
+
+    def tail(m: int) -> float:  # P[|Y| >= m], with a margin for the roundings
+        return 2.0 * math.exp(m * log_q) / (1.0 + q) * (1.0 + 1e-9)
+
     m = max(1, math.ceil(math.log(miss * (1.0 + q) / 2.0) / log_q))
-    while 2.0 * q**m / (1.0 + q) * (1.0 + 1e-9) > miss:
-        m += 1
+    step = 1
+    while tail(m) > miss:  # a few steps: the estimate is within rounding of the answer
+        m += step
+        step *= 2
+    while m > 1 and tail(m - 1) <= miss:  # back to the smallest such m
+        m -= 1
     return m - 1
 
 

@@ -108,3 +108,40 @@ def test_bounds_without_a_privacy_unit_are_refused() -> None:
 
     with pytest.raises(ConfigError, match="privacy_unit"):
         groupby(pd.DataFrame({"k": ["a"]}), "k", max_groups_per_unit=2)
+
+
+_SMALL = pd.DataFrame({"user": [1, 1, 2, 3], "k": ["a", "b", "a", "c"], "x": [1.0, 2.0, 3.0, 4.0]})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4), st.integers(1, 4), st.sampled_from(["add_remove", "substitution"]),
+    st.fractions(Fraction(1, 100), 5), st.sampled_from(["count", "sum", "mean", "quantile"]),
+    st.booleans(),
+)
+def test_the_group_by_record_is_one_parallel_charge_costing_epsilon(
+    g: int, r: int, relation: str, eps: Fraction, statistic: str, declared: bool
+) -> None:
+    acct = Accountant(Budget(10, "1e-3"), relation=relation)
+    by = groupby(_SMALL, "k", keys=["a", "b", "c"] if declared else None, privacy_unit="user",
+                 max_groups_per_unit=g, max_rows_per_unit=r, rng=RandomSource.seeded(0))
+    delta = 0 if declared else Fraction(1, 10**6)
+    if statistic == "count":
+        res = by.count(acct, eps, delta=delta)
+    elif statistic == "quantile":
+        res = by.quantile("x", acct, eps, "0.5", lower=0, upper=4, grid_size=5, delta=delta)
+    else:
+        res = getattr(by, statistic)("x", acct, eps, lower=0, upper=4, delta=delta)
+    assert len(acct.records) == 1
+    charge = res.record.charge
+    if g > 1:
+        assert charge.count == g
+        charge = charge.charge
+    assert isinstance(charge, Parallel) and charge.relation.value == relation
+    assert len(set(charge.partitions)) == 1  # every group is charged alike
+    assert len(charge.partitions) == (3 if declared else 2)
+    parts = g * (1 if relation == "add_remove" else 2)
+    part = charge.partitions[0]
+    part_cost = part if isinstance(part, type(res.cost)) else part.cost
+    assert part_cost.epsilon * parts == eps  # exact: the record costs what was asked
+    assert res.cost.epsilon == eps and res.cost.delta <= delta

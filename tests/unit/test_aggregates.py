@@ -380,3 +380,19 @@ def test_privacy_unit_mistakes_are_refused_before_the_charge() -> None:
         aggregates.mean([1.0], acct, 1, lower=0, upper=1, privacy_unit=[1],
                         max_rows_per_unit=0)
     assert len(acct.records) == 0
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 10**4), Fraction(1), Fraction(10**3),
+                                   Fraction(2**41, 3)])
+def test_laplace_halfwidth_is_the_smallest_at_any_scale(scale: Fraction) -> None:
+    """Against the tail in exact-ish arithmetic (mpmath), for tiny and huge scales."""
+    mpmath = pytest.importorskip("mpmath")
+    from dpaccount.mechanisms.integer import _laplace_tail_halfwidth
+
+    mpmath.mp.dps = 50
+    q = mpmath.exp(-mpmath.mpf(scale.denominator) / scale.numerator)
+    w = _laplace_tail_halfwidth(scale, 0.95)
+    # P[|Y| > w] = 2 q^(w+1) / (1 + q): at most 5% at w, and at w - 1 more than 5% up to
+    # the relative margin of 1e-9 the search keeps for its roundings
+    assert 2 * q ** (w + 1) / (1 + q) <= mpmath.mpf("0.05")
+    assert w == 0 or 2 * q**w / (1 + q) > mpmath.mpf("0.05") * (1 - mpmath.mpf("1e-8"))
