@@ -154,3 +154,17 @@ def check_edges(bins: Any) -> npt.NDArray[np.float64]:
     if not np.all(np.isfinite(edges)) or not np.all(np.diff(edges) > 0):
         raise InvalidCostError("bins", bins, "edges must be finite and strictly increasing")
     return edges
+
+
+def bin_labels(edges: npt.NDArray[np.float64]) -> list[str]:
+    """Readable labels of numeric bins: ``[e0, e1)`` ..., the last one closed.
+
+    Examples:
+        >>> bin_labels(np.array([0.0, 0.5, 2.0]))
+        ['[0, 0.5)', '[0.5, 2]']
+    """
+    last = edges.size - 2
+    return [
+        f"[{edges[j]:g}, {edges[j + 1]:g}{']' if j == last else ')'}"
+        for j in range(edges.size - 1)
+    ]

@@ -55,7 +55,7 @@ Examples:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,7 @@ import numpy.typing as npt
 
 from dpaccount._numeric import check_delta, check_positive, to_fraction
 from dpaccount.aggregates._checks import (
+    bin_labels,
     check_accountant,
     check_bounds,
     check_edges,
@@ -81,6 +82,7 @@ from dpaccount.aggregates.lattice import (
     sum_sensitivity,
 )
 from dpaccount.aggregates.partitions import ThresholdSelection
+from dpaccount.aggregates.results import AggregatePreview
 from dpaccount.aggregates.units import ContributionBounds, bound_contributions, codes_of
 from dpaccount.charges import Charge, Parallel, Relation, Repeated, cost_of
 from dpaccount.costs import PrivacyCost
@@ -91,7 +93,7 @@ from dpaccount.mechanisms.exponential import ExponentialMechanism
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
-    from dpaccount.accountant import Accountant
+    from dpaccount.accountant import Accountant, ChargePreview
     from dpaccount.records import LedgerRecord
 
 __all__ = ["GroupBy", "GroupedResult", "groupby"]
@@ -240,7 +242,6 @@ class GroupBy:
         self._unit = privacy_unit
         self._bounds = bounds
         self._rng = rng
-        self._rows: _Rows | None = None
 
     def __repr__(self) -> str:
         keys = "private" if self._keys is None else f"{len(self._keys)} declared"
@@ -300,11 +301,63 @@ class GroupBy:
         g = self._bounds.max_groups_per_unit
         return parallel if g == 1 else Repeated(parallel, g)
 
+    def _charge(
+        self, accountant: Any, charge: Charge, label: str, query_id: str | None,
+        error_bound: Callable[[], float | None],
+    ) -> LedgerRecord:
+        """Charge the ledger, or, under `preview`, stop here with what would be charged."""
+        if isinstance(accountant, _PreviewOf):
+            raise _Previewed(accountant.ledger.preview(charge), error_bound())
+        record: LedgerRecord = accountant.charge(charge, label=label, query_id=query_id)
+        return record
+
+    def preview(
+        self, statistic: str, accountant: Accountant, *args: Any, **options: Any
+    ) -> AggregatePreview:
+        """What ``getattr(self, statistic)(..., accountant, ...)`` would do, without doing it.
+
+        Runs every check the statistic makes, then returns its cost, whether the ledger
+        would admit it and the totals before and after (`Accountant.preview`), and the
+        noise's half-width per group at ``level`` in the answer's units (in ranks for a
+        quantile; ``None`` for a mean, whose interval depends on its noisy count). Nothing
+        is charged and no data is read. The arguments are the statistic's, with the
+        accountant in its place.
+
+        Examples:
+            >>> import pandas as pd
+            >>> from dpaccount import Accountant
+            >>> g = groupby(pd.DataFrame({"k": ["a"], "x": [1.0]}), "k", keys=["a", "b"])
+            >>> acct = Accountant(1)
+            >>> p = g.preview("sum", acct, "x", "0.5", lower=0, upper=1, granularity=1)
+            >>> p.cost, p.admitted, p.error_bound, len(acct.records)
+            (PrivacyCost(epsilon=0.5, delta=0), True, 6.0, 0)
+        """
+        if statistic not in ("count", "sum", "mean", "histogram", "quantile"):
+            raise ConfigError(
+                f"unknown statistic {statistic!r}; use count, sum, mean, histogram or quantile"
+            )
+        check_accountant(accountant)
+        level = check_level(options.get("level", 0.95))
+        proxy = _PreviewOf(accountant)
+        method = getattr(self, statistic)
+        try:
+            if statistic == "count":
+                method(proxy, *args, **options)
+            else:
+                column, *rest = args
+                method(column, proxy, *rest, **options)
+        except _Previewed as done:
+            return AggregatePreview(done.charge, level, done.error_bound)
+        raise AssertionError("unreachable: every statistic charges")  # pragma: no cover
+
     # -- reading the data (only after the charge) --------------------------------------
 
     def _read(self) -> _Rows:
-        if self._rows is not None:
-            return self._rows
+        """The rows of this statistic, bounded afresh (new priorities) each time.
+
+        Nothing is cached between statistics: the frame may have changed, and indices
+        bounded on an older frame could point at other persons' rows.
+        """
         column = _column(self._data, self._by)
         if self._keys is not None:
             pd = _pandas()
@@ -331,8 +384,7 @@ class GroupBy:
             units_per_group = np.bincount(
                 pairs % max(len(keys), 1), minlength=len(keys)
             ).astype(np.int64)
-        self._rows = _Rows(kept, group[kept], keys, units_per_group)
-        return self._rows
+        return _Rows(kept, group[kept], keys, units_per_group)
 
     def _released(
         self, rows: _Rows, selection: ThresholdSelection | None
@@ -393,9 +445,9 @@ class GroupBy:
         )
         r = self._bounds.max_rows_per_unit
         mech = noise_for(kind, eps, dlt, r, 1, r, self._rng)
-        record = accountant.charge(
-            self._record_charge(mech.charge, relation, sel),
-            label=label or "groupby count", query_id=query_id,
+        record = self._charge(
+            accountant, self._record_charge(mech.charge, relation, sel),
+            label or "groupby count", query_id, lambda: float(mech.halfwidth(lvl)),
         )
         rows = self._read()
         chosen = self._released(rows, sel)
@@ -438,9 +490,10 @@ class GroupBy:
         fp = FixedPoint.build(lower, upper, granularity, fill)
         s = self._bounds.max_rows_per_unit * sum_sensitivity(fp, relation)
         mech = noise_for(kind, eps, dlt, s, 1, s, self._rng)
-        record = accountant.charge(
-            self._record_charge(mech.charge, relation, sel),
-            label=label or "groupby sum", query_id=query_id,
+        record = self._charge(
+            accountant, self._record_charge(mech.charge, relation, sel),
+            label or "groupby sum", query_id,
+            lambda: float(mech.halfwidth(lvl) * fp.granularity),
         )
         rows = self._read()
         chosen = self._released(rows, sel)
@@ -500,9 +553,9 @@ class GroupBy:
         sum_mech = noise_for(kind, eps * (1 - share), dlt * (1 - share), s, 1, s, self._rng)
         count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, self._rng)
         part = sum_mech.charge.cost + count_mech.charge.cost
-        record = accountant.charge(
-            self._record_charge(part, relation, sel),
-            label=label or "groupby mean", query_id=query_id,
+        record = self._charge(  # the mean's interval depends on the noisy count
+            accountant, self._record_charge(part, relation, sel),
+            label or "groupby mean", query_id, lambda: None,
         )
         rows = self._read()
         chosen = self._released(rows, sel)
@@ -558,17 +611,15 @@ class GroupBy:
         moved = r if relation is Relation.ADD_REMOVE else 2 * r
         coordinates = min(moved, edges.size - 1)
         mech = noise_for(kind, eps, dlt, r, coordinates, moved, self._rng)
-        record = accountant.charge(
-            self._record_charge(mech.charge, relation, sel),
-            label=label or "groupby histogram", query_id=query_id,
+        record = self._charge(
+            accountant, self._record_charge(mech.charge, relation, sel),
+            label or "groupby histogram", query_id, lambda: float(mech.halfwidth(lvl)),
         )
         rows = self._read()
         chosen = self._released(rows, sel)
         values = self._values(column, rows)
         finite = np.isfinite(values)
-        nbins = edges.size - 1
-        labels = [f"[{edges[j]:g}, {edges[j + 1]:g}{']' if j == nbins - 1 else ')'}"
-                  for j in range(nbins)]
+        labels = bin_labels(edges)
         w = mech.halfwidth(lvl)
         out_keys: list[tuple[Any, str]] = []
         out_values: list[float] = []
@@ -625,9 +676,12 @@ class GroupBy:
         r = self._bounds.max_rows_per_unit
         sens = r * (max(qf, 1 - qf) if relation is Relation.ADD_REMOVE else Fraction(1))
         mech = ExponentialMechanism(eps, sens, rng=self._rng)
-        record = accountant.charge(
-            self._record_charge(mech.charge, relation, sel),
-            label=label or "groupby quantile", query_id=query_id,
+        rank_err = float(2 * sens / eps) * (
+            math.log(grid.size) + math.log(1.0 / (1.0 - lvl))
+        ) * (1 + 1e-12)
+        record = self._charge(
+            accountant, self._record_charge(mech.charge, relation, sel),
+            label or "groupby quantile", query_id, lambda: rank_err,
         )
         rows = self._read()
         chosen = self._released(rows, sel)
@@ -636,9 +690,6 @@ class GroupBy:
             float(grid[mech.release(quantile_utilities(values[rows.group == i], grid, qf))])
             for i in chosen
         ]
-        rank_err = float(2 * sens / eps) * (
-            math.log(grid.size) + math.log(1.0 / (1.0 - lvl))
-        ) * (1 + 1e-12)
         frame = self._frame([rows.keys[i] for i in chosen], {"value": picked})
         return GroupedResult(
             frame, lvl, rank_err,
@@ -650,6 +701,24 @@ class GroupBy:
     def _check_value_column(self, column: Any) -> None:
         _check_column(self._data, column, "column")
         _check_numeric(self._data, column)
+
+
+class _PreviewOf:
+    """Stands in for an accountant under `GroupBy.preview`: same relation, never charged."""
+
+    def __init__(self, ledger: Accountant) -> None:
+        self.ledger = ledger
+        self.relation = ledger.relation
+
+    def charge(self, *_args: Any, **_kwargs: Any) -> None:  # pragma: no cover - never reached
+        raise AssertionError("a preview never charges")
+
+
+class _Previewed(Exception):  # noqa: N818 - control flow inside preview, never escapes
+    def __init__(self, charge: ChargePreview, error_bound: float | None) -> None:
+        super().__init__("preview")
+        self.charge = charge
+        self.error_bound = error_bound
 
 
 def _group_sums(

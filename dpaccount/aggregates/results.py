@@ -108,12 +108,13 @@ class AggregatePreview:
         level: The confidence level of ``error_bound``.
         error_bound: The half-width of the noise at ``level``, in the answer's units:
             the same number the aggregate reports when it runs (for a histogram, per
-            bin).
+            bin; per group for a group-by; ``None`` for a group-by mean, whose interval
+            depends on its noisy count).
     """
 
     charge: ChargePreview
     level: float
-    error_bound: float
+    error_bound: float | None
 
     @property
     def cost(self) -> PrivacyCost:

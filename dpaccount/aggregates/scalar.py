@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from dpaccount._numeric import check_positive, float_up, to_fraction
 from dpaccount.aggregates._checks import (
+    bin_labels,
     check_accountant,
     check_bounds,
     check_container,
@@ -468,7 +469,12 @@ def histogram(
                 counts[i] += 1
     noisy = mech.release(counts)
     w = mech.halfwidth(lvl)
-    out = np.asarray(noisy, dtype=np.float64)
+    out: Any = np.asarray(noisy, dtype=np.float64)
+    if type(data).__module__.startswith("pandas"):  # pandas in, pandas out
+        import pandas as pd
+
+        labels = cats if edges is None else bin_labels(edges)
+        out = pd.Series(out, index=pd.Index(labels), name=getattr(data, "name", None))
     return AggregateResult(
         value=out,
         interval=(out - w, out + w),

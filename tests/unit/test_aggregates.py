@@ -396,3 +396,19 @@ def test_laplace_halfwidth_is_the_smallest_at_any_scale(scale: Fraction) -> None
     # the relative margin of 1e-9 the search keeps for its roundings
     assert 2 * q ** (w + 1) / (1 + q) <= mpmath.mpf("0.05")
     assert w == 0 or 2 * q**w / (1 + q) > mpmath.mpf("0.05") * (1 - mpmath.mpf("1e-8"))
+
+
+def test_histogram_of_a_series_is_a_series_labelled_by_bin_or_category() -> None:
+    from dpaccount import aggregates
+
+    acct = Accountant(Budget(10**6))
+    colours = pd.Series(["red", "blue", "red", "green"], name="colour")
+    res = aggregates.histogram(colours, acct, 10**5, categories=["red", "blue"])
+    assert list(res.value.index) == ["red", "blue"] and res.value.name == "colour"
+    assert res.value.tolist() == [2.0, 1.0]
+    assert list(res.interval[0].index) == ["red", "blue"]
+    ages = pd.Series([1.0, 5.0, 9.0])
+    binned = aggregates.histogram(ages, acct, 10**5, bins=[0, 4, 10])
+    assert list(binned.value.index) == ["[0, 4)", "[4, 10]"]
+    plain = aggregates.histogram([1.0, 5.0], acct, 1, bins=[0, 4, 10])
+    assert isinstance(plain.value, np.ndarray)

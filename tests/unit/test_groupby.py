@@ -197,9 +197,11 @@ def test_threshold_selection_delta_is_the_exact_tail_and_the_threshold_minimal()
         sel = ThresholdSelection.calibrate(eps, delta)
         q = mpmath.e ** (-mpmath.mpf(eps.numerator) / eps.denominator)
         exact = _tail(mpmath, q, sel.threshold - 1)
-        assert exact <= mpmath.mpf(sel.delta.numerator) / sel.delta.denominator <= delta
+        as_mpf = mpmath.mpf(sel.delta.numerator) / sel.delta.denominator
+        assert exact <= as_mpf <= mpmath.mpf(delta.numerator) / delta.denominator
         # no smaller threshold fits
-        assert sel.threshold == 2 or _tail(mpmath, q, sel.threshold - 2) > delta
+        assert sel.threshold == 2 or _tail(mpmath, q, sel.threshold - 2) > (
+            mpmath.mpf(delta.numerator) / delta.denominator)
 
 
 def _tail(mpmath: Any, q: Any, m: int) -> Any:
@@ -237,3 +239,21 @@ def test_error_bound_matches_the_noise_tail() -> None:
 
 def test_aggregates_exports_groupby() -> None:
     assert aggregates.groupby is groupby
+
+
+def test_preview_states_cost_admission_and_error_without_charging() -> None:
+    acct = Accountant(Budget(1))
+    g = groupby(frame(), "region", keys=REGIONS)
+    p = g.preview("count", acct, "0.5")
+    assert p.cost == PrivacyCost("0.5") and p.admitted and len(acct.records) == 0
+    ran = g.count(acct, "0.5")
+    assert p.error_bound == ran.error_bound and p.charge.cost == ran.cost
+    over = g.preview("mean", acct, "income", 1, lower=0, upper=100)
+    assert not over.admitted and over.error_bound is None and len(acct.records) == 1
+    q = g.preview("quantile", acct, "income", "0.5", "0.5", lower=0, upper=100, grid_size=11)
+    assert q.error_bound is not None and q.error_bound > 0
+    with pytest.raises(ConfigError, match="unknown statistic"):
+        g.preview("median", acct, "income", 1)
+    with pytest.raises(ConfigError):  # the statistic's own checks run
+        g.preview("sum", acct, "missing", 1, lower=0, upper=1)
+    assert len(acct.records) == 1
