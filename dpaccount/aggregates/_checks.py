@@ -7,8 +7,9 @@ data's values, so it can run before the charge; every error names a type, never 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +22,13 @@ from dpaccount.mechanisms.integer import (
     IntegerLaplaceMechanism,
     IntegerNoise,
 )
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from dpaccount.accountant import ChargePreview
+    from dpaccount.aggregates.results import AggregatePreview
+    from dpaccount.charges import Charge
+    from dpaccount.mechanisms.base import Mechanism
+    from dpaccount.records import LedgerRecord
 
 
 def check_level(level: Any) -> float:
@@ -168,3 +176,54 @@ def bin_labels(edges: npt.NDArray[np.float64]) -> list[str]:
         f"[{edges[j]:g}, {edges[j + 1]:g}{']' if j == last else ')'}"
         for j in range(edges.size - 1)
     ]
+
+
+# -- preview: run an aggregate's checks and stop at its charge ---------------------------
+
+
+class PreviewOf:
+    """Stands in for an accountant in a preview: its relation, and no charge ever made."""
+
+    def __init__(self, ledger: Any) -> None:
+        self.ledger = ledger
+        self.relation = ledger.relation
+
+    def charge(self, *_args: Any, **_kwargs: Any) -> None:  # pragma: no cover - never reached
+        raise AssertionError("a preview never charges")
+
+
+class _Previewed(Exception):  # noqa: N818 - control flow inside a preview, never escapes
+    def __init__(self, charge: ChargePreview, error_bound: float | None) -> None:
+        super().__init__("preview")
+        self.charge = charge
+        self.error_bound = error_bound
+
+
+def charge_or_preview(
+    accountant: Any, charge: Charge | Mechanism, label: str, query_id: str | None,
+    error_bound: Callable[[], float | None],
+) -> LedgerRecord:
+    """Charge the ledger; in a preview, stop here with what would be charged instead.
+
+    ``error_bound`` gives the noise's half-width the aggregate will report, known before
+    the data is read (``None`` when it depends on the noisy answer).
+    """
+    if isinstance(accountant, PreviewOf):
+        raise _Previewed(accountant.ledger.preview(charge), error_bound())
+    record: LedgerRecord = accountant.charge(charge, label=label, query_id=query_id)
+    return record
+
+
+def run_as_preview(
+    call: Callable[[PreviewOf], Any], accountant: Any, level: Any
+) -> AggregatePreview:
+    """Run ``call`` with a stand-in accountant and return what its charge would do."""
+    from dpaccount.aggregates.results import AggregatePreview
+
+    check_accountant(accountant)
+    lvl = check_level(level)
+    try:
+        call(PreviewOf(accountant))
+    except _Previewed as done:
+        return AggregatePreview(done.charge, lvl, done.error_bound)
+    raise AssertionError("unreachable: every aggregate charges")  # pragma: no cover

@@ -55,7 +55,7 @@ Examples:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,7 @@ import numpy.typing as npt
 from dpaccount._numeric import check_delta, check_positive, to_fraction
 from dpaccount.aggregates._checks import (
     bin_labels,
+    charge_or_preview,
     check_accountant,
     check_bounds,
     check_edges,
@@ -73,6 +74,7 @@ from dpaccount.aggregates._checks import (
     choose_mechanism,
     float_array,
     noise_for,
+    run_as_preview,
 )
 from dpaccount.aggregates.lattice import (
     FixedPoint,
@@ -93,7 +95,7 @@ from dpaccount.mechanisms.exponential import ExponentialMechanism
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
-    from dpaccount.accountant import Accountant, ChargePreview
+    from dpaccount.accountant import Accountant
     from dpaccount.records import LedgerRecord
 
 __all__ = ["GroupBy", "GroupedResult", "groupby"]
@@ -301,16 +303,6 @@ class GroupBy:
         g = self._bounds.max_groups_per_unit
         return parallel if g == 1 else Repeated(parallel, g)
 
-    def _charge(
-        self, accountant: Any, charge: Charge, label: str, query_id: str | None,
-        error_bound: Callable[[], float | None],
-    ) -> LedgerRecord:
-        """Charge the ledger, or, under `preview`, stop here with what would be charged."""
-        if isinstance(accountant, _PreviewOf):
-            raise _Previewed(accountant.ledger.preview(charge), error_bound())
-        record: LedgerRecord = accountant.charge(charge, label=label, query_id=query_id)
-        return record
-
     def preview(
         self, statistic: str, accountant: Accountant, *args: Any, **options: Any
     ) -> AggregatePreview:
@@ -336,19 +328,14 @@ class GroupBy:
             raise ConfigError(
                 f"unknown statistic {statistic!r}; use count, sum, mean, histogram or quantile"
             )
-        check_accountant(accountant)
-        level = check_level(options.get("level", 0.95))
-        proxy = _PreviewOf(accountant)
+        level = options.get("level", 0.95)
         method = getattr(self, statistic)
-        try:
-            if statistic == "count":
-                method(proxy, *args, **options)
-            else:
-                column, *rest = args
-                method(column, proxy, *rest, **options)
-        except _Previewed as done:
-            return AggregatePreview(done.charge, level, done.error_bound)
-        raise AssertionError("unreachable: every statistic charges")  # pragma: no cover
+        if statistic == "count":
+            return run_as_preview(lambda proxy: method(proxy, *args, **options), accountant,
+                                  level)
+        column, *rest = args
+        return run_as_preview(lambda proxy: method(column, proxy, *rest, **options),
+                              accountant, level)
 
     # -- reading the data (only after the charge) --------------------------------------
 
@@ -445,7 +432,7 @@ class GroupBy:
         )
         r = self._bounds.max_rows_per_unit
         mech = noise_for(kind, eps, dlt, r, 1, r, self._rng)
-        record = self._charge(
+        record = charge_or_preview(
             accountant, self._record_charge(mech.charge, relation, sel),
             label or "groupby count", query_id, lambda: float(mech.halfwidth(lvl)),
         )
@@ -490,7 +477,7 @@ class GroupBy:
         fp = FixedPoint.build(lower, upper, granularity, fill)
         s = self._bounds.max_rows_per_unit * sum_sensitivity(fp, relation)
         mech = noise_for(kind, eps, dlt, s, 1, s, self._rng)
-        record = self._charge(
+        record = charge_or_preview(
             accountant, self._record_charge(mech.charge, relation, sel),
             label or "groupby sum", query_id,
             lambda: float(mech.halfwidth(lvl) * fp.granularity),
@@ -553,7 +540,7 @@ class GroupBy:
         sum_mech = noise_for(kind, eps * (1 - share), dlt * (1 - share), s, 1, s, self._rng)
         count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, self._rng)
         part = sum_mech.charge.cost + count_mech.charge.cost
-        record = self._charge(  # the mean's interval depends on the noisy count
+        record = charge_or_preview(  # the mean's interval depends on the noisy count
             accountant, self._record_charge(part, relation, sel),
             label or "groupby mean", query_id, lambda: None,
         )
@@ -611,7 +598,7 @@ class GroupBy:
         moved = r if relation is Relation.ADD_REMOVE else 2 * r
         coordinates = min(moved, edges.size - 1)
         mech = noise_for(kind, eps, dlt, r, coordinates, moved, self._rng)
-        record = self._charge(
+        record = charge_or_preview(
             accountant, self._record_charge(mech.charge, relation, sel),
             label or "groupby histogram", query_id, lambda: float(mech.halfwidth(lvl)),
         )
@@ -679,7 +666,7 @@ class GroupBy:
         rank_err = float(2 * sens / eps) * (
             math.log(grid.size) + math.log(1.0 / (1.0 - lvl))
         ) * (1 + 1e-12)
-        record = self._charge(
+        record = charge_or_preview(
             accountant, self._record_charge(mech.charge, relation, sel),
             label or "groupby quantile", query_id, lambda: rank_err,
         )
@@ -701,24 +688,6 @@ class GroupBy:
     def _check_value_column(self, column: Any) -> None:
         _check_column(self._data, column, "column")
         _check_numeric(self._data, column)
-
-
-class _PreviewOf:
-    """Stands in for an accountant under `GroupBy.preview`: same relation, never charged."""
-
-    def __init__(self, ledger: Accountant) -> None:
-        self.ledger = ledger
-        self.relation = ledger.relation
-
-    def charge(self, *_args: Any, **_kwargs: Any) -> None:  # pragma: no cover - never reached
-        raise AssertionError("a preview never charges")
-
-
-class _Previewed(Exception):  # noqa: N818 - control flow inside preview, never escapes
-    def __init__(self, charge: ChargePreview, error_bound: float | None) -> None:
-        super().__init__("preview")
-        self.charge = charge
-        self.error_bound = error_bound
 
 
 def _group_sums(

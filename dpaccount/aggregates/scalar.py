@@ -19,6 +19,7 @@ import numpy.typing as npt
 from dpaccount._numeric import check_positive, float_up, to_fraction
 from dpaccount.aggregates._checks import (
     bin_labels,
+    charge_or_preview,
     check_accountant,
     check_bounds,
     check_container,
@@ -27,6 +28,7 @@ from dpaccount.aggregates._checks import (
     checked,
     float_array,
     noise_for,
+    run_as_preview,
 )
 from dpaccount.aggregates.lattice import (
     FixedPoint,
@@ -127,14 +129,15 @@ def preview(
 ) -> AggregatePreview:
     """What ``aggregate(data, accountant, epsilon, **options)`` would do, without doing it.
 
-    For `count`, `sum` and `histogram`: the cost, whether the ledger would admit it and
-    its totals before and after (`Accountant.preview`), and the noise's half-width at the
-    level asked for, in the answer's units. Nothing is charged, the data is not read
-    (only its container type is checked, as before a real charge), and the options are
-    checked exactly as the aggregate checks them.
+    The cost, whether the ledger would admit it and its totals before and after
+    (`Accountant.preview`), and the noise's half-width at the level asked for, in the
+    answer's units (in ranks for `quantile`; ``None`` for `mean`, whose interval depends
+    on its noisy count). The aggregate itself runs up to its charge, so every option is
+    checked exactly as it checks them; nothing is charged and the data is not read
+    (only its container type is checked, as before a real charge).
 
     Raises:
-        ConfigError: An aggregate other than `count`, `sum` or `histogram`.
+        ConfigError: An aggregate other than the five of this module.
 
     Examples:
         >>> from dpaccount import Accountant
@@ -143,28 +146,12 @@ def preview(
         >>> p.cost, p.admitted, p.error_bound, len(acct.records)
         (PrivacyCost(epsilon=0.5, delta=0), True, 6.0, 0)
     """
-    level = options.get("level", 0.95)
-    common = (accountant, epsilon, options.get("delta", 0), options.get("mechanism"), level)
-    rng = options.get("rng")
-    unit: Fraction = Fraction(1)
-    if aggregate not in (count, sum, histogram):
-        raise ConfigError("preview() covers count, sum and histogram")
-    r = _rows_per_unit(data, options.get("privacy_unit"), options.get("max_rows_per_unit", 1))
-    if aggregate is count:
-        _relation, mech, lvl = _count_setup(*common, rng, r)
-    elif aggregate is sum:
-        _relation, mech, lvl, fp, _s = _sum_setup(
-            *common, options.get("lower"), options.get("upper"),
-            options.get("granularity"), options.get("fill"), rng, r,
-        )
-        unit = fp.granularity
-    else:
-        _relation, mech, lvl, _edges, _cats = _histogram_setup(
-            *common, options.get("bins"), options.get("categories"), rng, r
-        )
-    check_container(data)
-    w = mech.halfwidth(lvl)
-    return AggregatePreview(accountant.preview(mech), lvl, to_float(w, unit))
+    if aggregate not in (count, sum, mean, histogram, quantile):
+        raise ConfigError("preview() covers count, sum, mean, histogram and quantile")
+    return run_as_preview(
+        lambda proxy: aggregate(data, proxy, epsilon, **options), accountant,
+        options.get("level", 0.95),
+    )
 
 
 def count(
@@ -213,7 +200,9 @@ def count(
     r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation, mech, lvl = _count_setup(accountant, epsilon, delta, mechanism, level, rng, r)
     check_container(data)
-    record = accountant.charge(mech, label=label or "count", query_id=query_id)
+    record = charge_or_preview(
+        accountant, mech, label or "count", query_id, lambda: float(mech.halfwidth(lvl))
+    )
     kept = _kept(data, privacy_unit, r, rng)
     noisy = mech.release(len(data) if kept is None else int(kept.size))
     w = mech.halfwidth(lvl)
@@ -278,7 +267,10 @@ def sum(
         accountant, epsilon, delta, mechanism, level, lower, upper, granularity, fill, rng, r
     )
     check_container(data)
-    record = accountant.charge(mech, label=label or "sum", query_id=query_id)
+    record = charge_or_preview(
+        accountant, mech, label or "sum", query_id,
+        lambda: to_float(mech.halfwidth(lvl), fp.granularity),
+    )
     kept = _kept(data, privacy_unit, r, rng)
     noisy = mech.release(lattice_sum(_subset(data, kept), fp))
     w = mech.halfwidth(lvl)
@@ -371,7 +363,8 @@ def mean(
     count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, rng)
     total_cost = sum_mech.charge.cost + count_mech.charge.cost  # two mechanisms, one record
     check_container(data)
-    record = accountant.charge(total_cost, label=label or "mean", query_id=query_id)
+    # the mean's interval depends on its noisy count: a preview reports no error bound
+    record = charge_or_preview(accountant, total_cost, label or "mean", query_id, lambda: None)
     kept = _kept(data, privacy_unit, r, rng)
     noisy_sum = sum_mech.release(lattice_sum(_subset(data, kept), fp, centre))
     noisy_n = count_mech.release(len(data) if kept is None else int(kept.size))
@@ -450,7 +443,9 @@ def histogram(
         accountant, epsilon, delta, mechanism, level, bins, categories, rng, r
     )
     check_container(data)
-    record = accountant.charge(mech, label=label or "histogram", query_id=query_id)
+    record = charge_or_preview(
+        accountant, mech, label or "histogram", query_id, lambda: float(mech.halfwidth(lvl))
+    )
     kept = _kept(data, privacy_unit, r, rng)
     if edges is not None:
         counts = histogram_counts(_subset(data, kept), edges)
@@ -569,13 +564,13 @@ def quantile(
     sens = r * (max(qf, 1 - qf) if relation is Relation.ADD_REMOVE else Fraction(1))
     mech = ExponentialMechanism(eps, sens, rng=rng)
     check_container(data)
-    record = accountant.charge(mech, label=label or "quantile", query_id=query_id)
+    rank_err = float_up(
+        2 * sens / eps * Fraction(math.log(grid.size) + math.log(1.0 / (1.0 - lvl)))
+        * (1 + 1e-12)
+    )
+    record = charge_or_preview(accountant, mech, label or "quantile", query_id, lambda: rank_err)
     utilities = quantile_utilities(_subset(data, _kept(data, privacy_unit, r, rng)), grid, qf)
     chosen = float(grid[mech.release(utilities)])
-    miss = 1.0 - lvl
-    rank_err = float_up(
-        2 * sens / eps * Fraction(math.log(grid.size) + math.log(1.0 / miss)) * (1 + 1e-12)
-    )
     return AggregateResult(
         value=chosen,
         interval=None,

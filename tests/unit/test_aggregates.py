@@ -329,9 +329,22 @@ def test_preview_reads_no_data_and_refuses_other_aggregates() -> None:
         agg.count(_Sized(), acct, "0.1")
     acct = Accountant(Budget(1, "1e-5"))
     assert agg.preview(agg.count, _Sized(), acct, "0.1").admitted
-    with pytest.raises(ConfigError, match="count, sum and histogram"):
-        agg.preview(agg.mean, [1.0], acct, "0.1", lower=0, upper=1)
+    with pytest.raises(ConfigError, match="count, sum, mean, histogram and quantile"):
+        agg.preview(len, [1.0], acct, "0.1")
     assert not agg.preview(agg.count, [1], acct, 5).admitted
+
+
+def test_preview_of_mean_and_quantile() -> None:
+    acct = Accountant(Budget(1))
+    mean = agg.preview(agg.mean, _Sized(), acct, "0.5", lower=0, upper=1)
+    assert mean.cost == PrivacyCost("0.5") and mean.error_bound is None
+    seen = agg.preview(agg.quantile, _Sized(), acct, "0.5", q="0.5", lower=0, upper=10,
+                       grid_size=11)
+    ran = agg.quantile([1.0, 5.0], acct, "0.5", q="0.5", lower=0, upper=10, grid_size=11)
+    assert seen.error_bound == ran.error_bound and seen.cost == ran.cost
+    with pytest.raises(InvalidCostError):  # the aggregate's own checks run
+        agg.preview(agg.quantile, [1.0], acct, "0.5", q=2, lower=0, upper=1)
+    assert len(acct.records) == 1
 
 
 class _Sized:
