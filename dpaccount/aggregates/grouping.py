@@ -61,7 +61,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 
 from dpaccount._numeric import check_delta, check_positive, to_fraction
 from dpaccount.aggregates._checks import (
@@ -72,20 +71,24 @@ from dpaccount.aggregates._checks import (
     check_edges,
     check_level,
     choose_mechanism,
-    float_array,
     noise_for,
     run_as_preview,
 )
+from dpaccount.aggregates.engines import (
+    BoundingKey,
+    GroupTotals,
+    TotalsSpec,
+    engine_of,
+    totals,
+)
 from dpaccount.aggregates.lattice import (
     FixedPoint,
-    exact_sum,
     mean_estimate,
-    quantile_utilities,
     sum_sensitivity,
 )
 from dpaccount.aggregates.partitions import ThresholdSelection
 from dpaccount.aggregates.results import AggregatePreview
-from dpaccount.aggregates.units import ContributionBounds, bound_contributions, codes_of
+from dpaccount.aggregates.units import ContributionBounds
 from dpaccount.charges import Charge, Parallel, Relation, Repeated, cost_of
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, InvalidCostError
@@ -178,13 +181,18 @@ class GroupedResult:
 
 def _check_frame(data: Any) -> None:
     kind = type(data).__name__
+    engine = engine_of(data)
+    if engine in ("dask", "spark"):
+        return
     if hasattr(data, "collect") and not hasattr(data, "to_numpy"):
         raise InvalidCostError(
             "data", kind,
             "is a lazy frame (a plan of work, not data): call .collect() first",
         )
     if not hasattr(data, "columns") or not hasattr(data, "__len__"):
-        raise InvalidCostError("data", kind, "must be a pandas or polars DataFrame")
+        raise InvalidCostError(
+            "data", kind, "must be a pandas, polars, Dask or Spark DataFrame"
+        )
 
 
 def _check_column(data: Any, name: Any, what: str) -> None:
@@ -195,32 +203,27 @@ def _check_column(data: Any, name: Any, what: str) -> None:
         )
 
 
+#: Spark SQL types whose values read as real numbers.
+_SPARK_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean")
+
+
+def _dtype_text(data: Any, name: str) -> tuple[bool, str]:
+    """Whether the column is numeric, and its dtype's name (the schema, never a value)."""
+    engine = engine_of(data)
+    if engine == "spark":
+        text = dict(data.dtypes)[name]
+        return text in _SPARK_NUMERIC or text.startswith("decimal"), text
+    if engine == "polars":
+        dtype = data.schema[name]
+        return bool(dtype.is_numeric()) or str(dtype) == "Boolean", str(dtype)
+    dtype = data[name].dtype
+    return bool(_pandas().api.types.is_numeric_dtype(dtype)), str(dtype)
+
+
 def _check_numeric(data: Any, name: str) -> None:
-    schema = getattr(data, "schema", None)
-    if schema is not None and hasattr(schema.get(name), "is_numeric"):  # polars
-        numeric = bool(schema[name].is_numeric())
-    else:
-        numeric = bool(_pandas().api.types.is_numeric_dtype(data[name].dtype))
+    numeric, text = _dtype_text(data, name)
     if not numeric:
-        raise InvalidCostError(
-            name, str(data[name].dtype), "must be a numeric column (its dtype is not)"
-        )
-
-
-def _column(data: Any, name: str) -> Any:
-    if hasattr(data, "get_column"):  # polars
-        return data.get_column(name).to_numpy()
-    return data[name]
-
-
-@attrs.frozen
-class _Rows:
-    """The bounded rows of one group-by: each kept row's group index, and the keys."""
-
-    kept: npt.NDArray[np.int64]
-    group: npt.NDArray[np.int64]
-    keys: list[Any]
-    units_per_group: npt.NDArray[np.int64]
+        raise InvalidCostError(name, text, "must be a numeric column (its dtype is not)")
 
 
 class GroupBy:
@@ -339,61 +342,33 @@ class GroupBy:
 
     # -- reading the data (only after the charge) --------------------------------------
 
-    def _read(self) -> _Rows:
-        """The rows of this statistic, bounded afresh (new priorities) each time.
+    def _spec(self, **what: Any) -> TotalsSpec:
+        """What to total; a fresh bounding key for each statistic (nothing is reused)."""
+        key = None if self._unit is None else BoundingKey.draw(self._rng)
+        keys = None if self._keys is None else tuple(self._keys)
+        return TotalsSpec(self._by, keys, self._unit, self._bounds, key, **what)
 
-        Nothing is cached between statistics: the frame may have changed, and indices
-        bounded on an older frame could point at other persons' rows.
-        """
-        column = _column(self._data, self._by)
-        if self._keys is not None:
-            pd = _pandas()
-            index = pd.Index(self._keys)
-            values = column.to_numpy() if hasattr(column, "to_numpy") else np.asarray(column)
-            try:
-                group = np.asarray(index.get_indexer(values), dtype=np.int64)
-            except Exception:  # a hostile column may raise anything
-                group = None
-            if group is None:
-                raise InvalidCostError(
-                    self._by, type(column).__name__, "must be a column of hashable keys"
-                )
-            keys = list(self._keys)
-        else:
-            group, keys = codes_of(column, self._by)
-        if self._unit is None:
-            kept = np.flatnonzero(group >= 0).astype(np.int64)
-            units_per_group = np.bincount(group[kept], minlength=len(keys)).astype(np.int64)
-        else:
-            units, _ = codes_of(_column(self._data, self._unit), self._unit)
-            kept = bound_contributions(units, group, self._bounds, self._rng)
-            pairs = np.unique(units[kept] * max(len(keys), 1) + group[kept])
-            units_per_group = np.bincount(
-                pairs % max(len(keys), 1), minlength=len(keys)
-            ).astype(np.int64)
-        return _Rows(kept, group[kept], keys, units_per_group)
-
-    def _released(
-        self, rows: _Rows, selection: ThresholdSelection | None
-    ) -> list[int]:
-        """The indices of the keys to report: all declared ones, or the selected ones."""
-        if selection is None:
-            return list(range(len(rows.keys)))
-        chosen = [
-            i for i, keep in enumerate(selection.select(rows.units_per_group, self._rng))
-            if keep
-        ]
+    def _gather(
+        self, spec: TotalsSpec, selection: ThresholdSelection | None
+    ) -> tuple[list[Any], list[GroupTotals]]:
+        """The keys to report and their exact totals, computed where the data lives."""
+        found = totals(self._data, spec)
+        if self._keys is not None:  # every declared key, empty or not
+            return list(self._keys), [found.get(i, GroupTotals()) for i in range(len(self._keys))]
+        labels = list(found)
+        if selection is None:  # pragma: no cover - private keys always have one
+            raise ConfigError("undeclared keys need a selection")
+        keep = selection.select([found[k].units for k in labels], self._rng)
+        chosen = [k for k, kept in zip(labels, keep, strict=True) if kept]
         try:  # sorted by key: the data's row order must not show in the output
-            return sorted(chosen, key=lambda i: rows.keys[i])
+            chosen.sort()
         except TypeError:
-            return sorted(chosen, key=lambda i: (type(rows.keys[i]).__name__, repr(rows.keys[i])))
+            chosen.sort(key=lambda k: (type(k).__name__, repr(k)))
+        return chosen, [found[k] for k in chosen]
 
     def _frame(self, keys: list[Any], columns: dict[str, Any]) -> pd.DataFrame:
         pd = _pandas()
         return pd.DataFrame(columns, index=pd.Index(keys, name=self._by))
-
-    def _values(self, name: str, rows: _Rows) -> npt.NDArray[np.float64]:
-        return float_array(_column(self._data, name))[rows.kept]
 
     # -- the statistics -----------------------------------------------------------------
 
@@ -436,15 +411,10 @@ class GroupBy:
             accountant, self._record_charge(mech.charge, relation, sel),
             label or "groupby count", query_id, lambda: float(mech.halfwidth(lvl)),
         )
-        rows = self._read()
-        chosen = self._released(rows, sel)
-        counts = np.bincount(rows.group, minlength=len(rows.keys))
-        noisy = np.asarray(mech.release([int(counts[i]) for i in chosen]), dtype=np.float64)
+        keys, found = self._gather(self._spec(), sel)
+        noisy = np.asarray(mech.release([t.rows for t in found]), dtype=np.float64)
         w = mech.halfwidth(lvl)
-        frame = self._frame(
-            [rows.keys[i] for i in chosen],
-            {"value": noisy, "low": noisy - w, "high": noisy + w},
-        )
+        frame = self._frame(keys, {"value": noisy, "low": noisy - w, "high": noisy + w})
         return GroupedResult(
             frame, lvl, float(w),
             f"each group's true count is within ±{w} of its value with probability >= {lvl}",
@@ -482,16 +452,14 @@ class GroupBy:
             label or "groupby sum", query_id,
             lambda: float(mech.halfwidth(lvl) * fp.granularity),
         )
-        rows = self._read()
-        chosen = self._released(rows, sel)
-        sums = _group_sums(fp.to_ints(self._values(column, rows)), rows, fp, 0)
-        noisy = mech.release([sums[i] for i in chosen])
+        keys, found = self._gather(self._spec(column=column, fp=fp), sel)
+        noisy = mech.release([t.total for t in found])
         w = mech.halfwidth(lvl)
         g = fp.granularity
         value = np.asarray([float(v * g) for v in noisy], dtype=np.float64)
         half = float(w * g)
         frame = self._frame(
-            [rows.keys[i] for i in chosen],
+            keys,
             {
                 "value": value,
                 "low": [float((v - w) * g) for v in noisy],
@@ -544,12 +512,9 @@ class GroupBy:
             accountant, self._record_charge(part, relation, sel),
             label or "groupby mean", query_id, lambda: None,
         )
-        rows = self._read()
-        chosen = self._released(rows, sel)
-        sums = _group_sums(fp.to_ints(self._values(column, rows)), rows, fp, centre)
-        counts = np.bincount(rows.group, minlength=len(rows.keys))
-        noisy_sums = sum_mech.release([sums[i] for i in chosen])
-        noisy_counts = count_mech.release([int(counts[i]) for i in chosen])
+        keys, found = self._gather(self._spec(column=column, fp=fp, centre=centre), sel)
+        noisy_sums = sum_mech.release([t.total for t in found])
+        noisy_counts = count_mech.release([t.rows for t in found])
         each = (1.0 + lvl) / 2.0
         ws, wn = sum_mech.halfwidth(each), count_mech.halfwidth(each)
         g = fp.granularity
@@ -558,7 +523,7 @@ class GroupBy:
             for ns, nc in zip(noisy_sums, noisy_counts, strict=True)
         ]
         frame = self._frame(
-            [rows.keys[i] for i in chosen],
+            keys,
             {
                 "value": [float(v * g) for v, _, _ in estimates],
                 "low": [float(lo * g) for _, lo, _ in estimates],
@@ -602,19 +567,14 @@ class GroupBy:
             accountant, self._record_charge(mech.charge, relation, sel),
             label or "groupby histogram", query_id, lambda: float(mech.halfwidth(lvl)),
         )
-        rows = self._read()
-        chosen = self._released(rows, sel)
-        values = self._values(column, rows)
-        finite = np.isfinite(values)
+        keys, found = self._gather(self._spec(column=column, edges=edges), sel)
         labels = bin_labels(edges)
         w = mech.halfwidth(lvl)
         out_keys: list[tuple[Any, str]] = []
         out_values: list[float] = []
-        for i in chosen:
-            mine = values[(rows.group == i) & finite]
-            counts = np.histogram(mine, bins=edges)[0].tolist()
-            noisy = mech.release([int(c) for c in counts])
-            out_keys.extend((rows.keys[i], b) for b in labels)
+        for key, t in zip(keys, found, strict=True):
+            noisy = mech.release(t.bins or [0] * len(labels))
+            out_keys.extend((key, b) for b in labels)
             out_values.extend(float(v) for v in noisy)
         pd = _pandas()
         value = np.asarray(out_values, dtype=np.float64)
@@ -670,14 +630,9 @@ class GroupBy:
             accountant, self._record_charge(mech.charge, relation, sel),
             label or "groupby quantile", query_id, lambda: rank_err,
         )
-        rows = self._read()
-        chosen = self._released(rows, sel)
-        values = self._values(column, rows)
-        picked = [
-            float(grid[mech.release(quantile_utilities(values[rows.group == i], grid, qf))])
-            for i in chosen
-        ]
-        frame = self._frame([rows.keys[i] for i in chosen], {"value": picked})
+        keys, found = self._gather(self._spec(column=column, grid=grid), sel)
+        picked = [float(grid[mech.release(_utilities(t, grid.size, qf))]) for t in found]
+        frame = self._frame(keys, {"value": picked})
         return GroupedResult(
             frame, lvl, rank_err,
             f"with probability >= {lvl} each group's value has a rank within the best grid "
@@ -690,20 +645,13 @@ class GroupBy:
         _check_numeric(self._data, column)
 
 
-def _group_sums(
-    ints: npt.NDArray[np.int64], rows: _Rows, fp: FixedPoint, centre: int
-) -> list[int]:
-    """Exact per-group sums of (int - centre), in lattice steps."""
-    bound = max(abs(fp.a), abs(fp.b))
-    order = np.argsort(rows.group, kind="stable")
-    groups = rows.group[order]
-    ints = ints[order]
-    starts = np.searchsorted(groups, np.arange(len(rows.keys)), side="left")
-    ends = np.searchsorted(groups, np.arange(len(rows.keys)), side="right")
-    return [
-        exact_sum(ints[a:b], bound) - (b - a) * centre
-        for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
-    ]
+def _utilities(found: GroupTotals, size: int, q: Fraction) -> list[Fraction]:
+    """The quantile utilities -|#{x <= c_j} - q n| from a group's rank counts (as
+    `quantile_utilities` computes them from the values)."""
+    counts = found.bins or [0] * (size + 1)
+    ranks = np.cumsum(np.asarray(counts[:size], dtype=np.int64)).tolist()
+    target = q * found.rows
+    return [-abs(r - target) for r in ranks]
 
 
 def groupby(

@@ -139,7 +139,10 @@ def bound_contributions(
     units: npt.NDArray[np.int64],
     groups: npt.NDArray[np.int64],
     bounds: ContributionBounds,
-    rng: RandomSource,
+    rng: RandomSource | None = None,
+    *,
+    pair_priority: npt.NDArray[np.uint64] | None = None,
+    row_priority: npt.NDArray[np.uint64] | None = None,
 ) -> npt.NDArray[np.int64]:
     """The indices (ascending) of the rows kept so that every unit respects ``bounds``.
 
@@ -148,11 +151,17 @@ def bound_contributions(
         groups: Each row's group code (-1: missing or outside the declared groups, the
             row is dropped); all zeros for an aggregate without groups.
         bounds: At most G groups per unit, at most R rows per unit and group.
-        rng: The randomness source (the OS CSPRNG unless a test passes a seeded one).
+        rng: The randomness source of the priorities (the OS CSPRNG unless a test
+            passes a seeded one), when they are not given.
+        pair_priority: Instead of drawing them: each row's priority for its (unit,
+            group) pair, equal on all rows of a pair (keyed hashes, in
+            `dpaccount.aggregates.engines`).
+        row_priority: Instead of drawing them: each row's own priority.
 
-    The groups a unit keeps are a uniform random subset (of size min(G, its groups)) of
-    its groups; the rows it keeps in a group are a uniform random subset of its rows
-    there. Each unit's choice uses its own independent priorities.
+    The groups a unit keeps are the min(G, its groups) of its groups with the lowest
+    priorities; the rows it keeps in a group, the R of its rows there with the lowest.
+    With priorities drawn independently (or keyed hashes under a secret key), that is a
+    uniform random subset, and each unit's choice depends on nothing but its own rows.
 
     Examples:
         >>> units = np.array([0, 0, 0, 1, 0], dtype=np.int64)
@@ -174,10 +183,19 @@ def bound_contributions(
     pair = u * n_groups + g  # < 2**63 for any table that fits in memory
     pairs, pair_of_row = np.unique(pair, return_inverse=True)
     keep = np.ones(valid.size, dtype=bool)
+    source = rng if rng is not None else RandomSource()
     if bounds.max_groups_per_unit < pairs.size:
         pair_unit = pairs // n_groups
-        pair_rank = _rank_within(pair_unit, rng.random_words(pairs.size))
+        if pair_priority is None:
+            by_pair = source.random_words(pairs.size)
+        else:  # any row of a pair gives its priority: all its rows share it
+            first = np.zeros(pairs.size, dtype=np.int64)
+            first[pair_of_row[::-1]] = np.arange(valid.size - 1, -1, -1)
+            by_pair = np.asarray(pair_priority, dtype=np.uint64)[valid][first]
+        pair_rank = _rank_within(pair_unit, by_pair)
         keep &= (pair_rank < bounds.max_groups_per_unit)[pair_of_row]
-    row_rank = _rank_within(pair_of_row.astype(np.int64), rng.random_words(valid.size))
+    own = (source.random_words(valid.size) if row_priority is None
+           else np.asarray(row_priority, dtype=np.uint64)[valid])
+    row_rank = _rank_within(pair_of_row.astype(np.int64), own)
     keep &= row_rank < bounds.max_rows_per_unit
     return valid[keep]

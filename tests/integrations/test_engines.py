@@ -1,0 +1,169 @@
+"""Group-by on Dask and Spark: the same totals as in memory, whatever the partitioning.
+
+Dask runs on its local (synchronous) scheduler and Spark in local mode. Each engine's
+tests skip with the reason when it cannot start, except under
+``DPACCOUNT_REQUIRE_ENGINES=1`` (as in ``.ci/run``), where they fail instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpaccount import Accountant, Budget
+from dpaccount.aggregates import ContributionBounds, FixedPoint, groupby
+from dpaccount.aggregates.engines import BoundingKey, TotalsSpec, engine_of, totals
+from dpaccount.mechanisms._sampling import RandomSource
+
+REQUIRED = os.environ.get("DPACCOUNT_REQUIRE_ENGINES") == "1"
+KEYS = ("a", "b", "c", "d")
+
+
+def _need(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if REQUIRED:
+            raise
+        pytest.skip(f"{module} is not installed ({exc}); pip install 'dpaccount[{module}]'")
+
+
+def table(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-5, 15, n)
+    x[rng.random(n) < 0.05] = np.nan
+    return pd.DataFrame({
+        "user": rng.integers(0, max(1, n // 3), n),
+        "key": rng.choice(["a", "b", "c", "d", "zz"], n).tolist(),
+        "x": x,
+    })
+
+
+def specs(with_unit: bool, declared: bool) -> list[TotalsSpec]:
+    unit = "user" if with_unit else None
+    bounds = ContributionBounds(2, 2) if with_unit else ContributionBounds()
+    key = BoundingKey.draw() if with_unit else None
+    keys = KEYS if declared else None
+    base = {"by": "key", "keys": keys, "unit": unit, "bounds": bounds, "key": key}
+    fp = FixedPoint.build(0, 10, granularity="0.25")
+    return [
+        TotalsSpec(**base),
+        TotalsSpec(**base, column="x", fp=fp, centre=20),
+        TotalsSpec(**base, column="x", edges=np.array([-5.0, 0.0, 5.0, 15.0])),
+        TotalsSpec(**base, column="x", grid=np.linspace(-5, 15, 9)),
+    ]
+
+
+def as_plain(found: dict[Any, Any]) -> dict[Any, tuple[int, int, int, list[int]]]:
+    return {k: (t.rows, t.units, t.total, list(t.bins)) for k, t in found.items()}
+
+
+# -- Dask ------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 2**16), st.integers(1, 7), st.booleans(),
+       st.booleans())
+def test_dask_totals_equal_the_in_memory_ones(n: int, seed: int, parts: int,
+                                              with_unit: bool, declared: bool) -> None:
+    dd = _need("dask.dataframe")
+    df = table(n, seed)
+    shuffled = df.sample(frac=1.0, random_state=seed)  # another order, too
+    lazy = dd.from_pandas(shuffled, npartitions=parts)
+    for spec in specs(with_unit, declared):
+        assert as_plain(totals(lazy, spec)) == as_plain(totals(df, spec))
+
+
+def test_dask_group_by_result_equals_pandas() -> None:
+    dd = _need("dask.dataframe")
+    df = table(2_000, 3)
+    lazy = dd.from_pandas(df, npartitions=5)
+    assert engine_of(lazy) == "dask"
+    frames = []
+    for data in (df, lazy):
+        acct = Accountant(Budget(10, "1e-5"))
+        g = groupby(data, "key", privacy_unit="user", max_groups_per_unit=2,
+                    max_rows_per_unit=3, rng=RandomSource.seeded(9))
+        res = g.mean("x", acct, 1, lower=0, upper=10, delta="1e-6")
+        frames.append(res.frame)
+        assert len(acct.records) == 1
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_dask_checks_before_the_charge() -> None:
+    dd = _need("dask.dataframe")
+    lazy = dd.from_pandas(pd.DataFrame({"key": ["a"], "x": ["text"]}), npartitions=1)
+    acct = Accountant(Budget(1))
+    with pytest.raises(Exception, match="numeric"):
+        groupby(lazy, "key", keys=["a"]).sum("x", acct, 1, lower=0, upper=1)
+    assert len(acct.records) == 0
+
+
+# -- Spark -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    _need("pyspark")
+    from pyspark.sql import SparkSession
+
+    # the workers run this interpreter (with pandas and pyarrow), not the system python3
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+    try:
+        session = (
+            SparkSession.builder.master("local[2]").appName("dpaccount-tests")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "3")
+            .config("spark.pyspark.python", sys.executable)
+            .config("spark.pyspark.driver.python", sys.executable)
+            .getOrCreate()
+        )
+    except Exception as exc:  # no Java, no local ports
+        if REQUIRED:
+            raise
+        pytest.skip(f"Spark cannot start here: {type(exc).__name__}")
+    yield session
+    session.stop()
+
+
+@pytest.mark.parametrize("with_unit", [False, True], ids=["rows", "units"])
+@pytest.mark.parametrize("declared", [True, False], ids=["declared", "private"])
+def test_spark_totals_equal_the_in_memory_ones(spark: Any, with_unit: bool,
+                                               declared: bool) -> None:
+    df = table(400, 11)
+    for parts in (1, 4):
+        frame = spark.createDataFrame(df).repartition(parts)
+        for spec in specs(with_unit, declared):
+            assert as_plain(totals(frame, spec)) == as_plain(totals(df, spec))
+
+
+def test_spark_group_by_result_equals_pandas(spark: Any) -> None:
+    df = table(1_000, 5)
+    frames = []
+    for data in (df, spark.createDataFrame(df)):
+        acct = Accountant(Budget(10))
+        g = groupby(data, "key", keys=list(KEYS), privacy_unit="user",
+                    max_rows_per_unit=2, rng=RandomSource.seeded(4))
+        frames.append(g.count(acct, 1).frame)
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_spark_checks_before_the_charge(spark: Any) -> None:
+    frame = spark.createDataFrame(pd.DataFrame({"key": ["a"], "x": ["text"]}))
+    acct = Accountant(Budget(1))
+    with pytest.raises(Exception, match="numeric"):
+        groupby(frame, "key", keys=["a"]).mean("x", acct, 1, lower=0, upper=1)
+    with pytest.raises(Exception, match="not a column"):
+        groupby(frame, "nope", keys=["a"])
+    assert len(acct.records) == 0
