@@ -123,8 +123,9 @@ def check_container(data: Any) -> None:
     ):
         raise InvalidCostError(
             "data", kind,
-            "is a lazy frame (a plan of work, not data): materialise the column first, "
-            "e.g. .collect() or .compute(), then pass it",
+            "is a lazy frame (a plan of work, not data). For a Dask or Spark DataFrame, "
+            "aggregates.groupby(frame, None) (or by a key column) computes the statistic "
+            "where the data lives; otherwise materialise the column first (.collect())",
         )
 
 

@@ -81,7 +81,7 @@ class TotalsSpec:
     """What to total, per group: everything decided before the charge (picklable).
 
     Attributes:
-        by: The key column.
+        by: The key column (``None``: the whole table is the one declared group).
         keys: The declared keys (a row's group is its key's position), or ``None``: the
             observed keys.
         unit: The privacy-unit column, or ``None`` (one row, one person).
@@ -94,7 +94,7 @@ class TotalsSpec:
         grid: Quantile candidates (sorted).
     """
 
-    by: str
+    by: str | None
     keys: tuple[Any, ...] | None
     unit: str | None
     bounds: ContributionBounds
@@ -108,8 +108,8 @@ class TotalsSpec:
     @property
     def columns(self) -> list[str]:
         """The columns the statistic reads."""
-        names = [self.by]
-        for name in (self.unit, self.column):
+        names: list[str] = []
+        for name in (self.by, self.unit, self.column):
             if name is not None and name not in names:
                 names.append(name)
         return names
@@ -171,9 +171,12 @@ def partial_totals(frame: Any, spec: TotalsSpec) -> dict[Any, GroupTotals]:
     """
 
     frame = frame.reset_index(drop=True)
-    if spec.keys is not None:
+    if spec.by is None:  # the whole table
+        group = np.zeros(len(frame), dtype=np.int64)
+        labels: list[Any] = [0]
+    elif spec.keys is not None:
         group = _positions(frame[spec.by], spec.keys, spec.by)
-        labels: list[Any] = list(range(len(spec.keys)))
+        labels = list(range(len(spec.keys)))
     else:
         group, labels = codes_of(frame[spec.by], spec.by)
     if spec.unit is None:
@@ -183,7 +186,7 @@ def partial_totals(frame: Any, spec: TotalsSpec) -> dict[Any, GroupTotals]:
         units, _ = codes_of(frame[spec.unit], spec.unit)
         if spec.key is None:
             raise InvalidCostError("key", None, "bounding needs a BoundingKey")
-        pairs = _hashes(frame, [spec.unit, spec.by], spec.key.groups)
+        pairs = _hashes(frame, [n for n in (spec.unit, spec.by) if n], spec.key.groups)
         rows = _hashes(frame, spec.columns, spec.key.rows)
         kept = bound_contributions(units, group, spec.bounds, pair_priority=pairs,
                                    row_priority=rows)

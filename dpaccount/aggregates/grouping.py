@@ -101,7 +101,10 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from dpaccount.accountant import Accountant
     from dpaccount.records import LedgerRecord
 
-__all__ = ["GroupBy", "GroupedResult", "groupby"]
+__all__ = ["WHOLE_TABLE", "GroupBy", "GroupedResult", "groupby"]
+
+#: The key of the one group of ``groupby(data, None)``: the whole table.
+WHOLE_TABLE = "all"
 
 
 def _pandas() -> Any:
@@ -235,7 +238,7 @@ class GroupBy:
     def __init__(
         self,
         data: Any,
-        by: str,
+        by: str | None,
         keys: Sequence[Any] | None,
         privacy_unit: str | None,
         bounds: ContributionBounds,
@@ -656,7 +659,7 @@ def _utilities(found: GroupTotals, size: int, q: Fraction) -> list[Fraction]:
 
 def groupby(
     data: Any,
-    by: str,
+    by: str | None,
     *,
     keys: Sequence[Any] | None = None,
     privacy_unit: str | None = None,
@@ -667,8 +670,11 @@ def groupby(
     """Declare a grouping of ``data`` by the column ``by``; nothing is read or charged.
 
     Args:
-        data: A pandas or polars DataFrame (a polars LazyFrame is refused: collect it).
-        by: The column holding the group key.
+        data: A pandas, polars, Dask or PySpark DataFrame (a polars LazyFrame is
+            refused: collect it). On Dask and Spark the totals are computed where the
+            data lives (`dpaccount.aggregates.engines`).
+        by: The column holding the group key; ``None`` for the whole table as one group
+            (its key is ``"all"``): a whole-table statistic on any engine.
         keys: The public keys (declared, data-independent). ``None``: the observed keys
             are selected privately (`ThresholdSelection`), which needs delta > 0.
         privacy_unit: The column identifying a person. ``None``: one row is one person
@@ -684,7 +690,12 @@ def groupby(
         ConfigError: A column is missing, or bounds are given without a privacy unit.
     """
     _check_frame(data)
-    _check_column(data, by, "by")
+    if by is None:  # the whole table: one group, declared
+        if keys is not None:
+            raise ConfigError("by=None is the whole table: leave keys unset")
+        keys = [WHOLE_TABLE]
+    else:
+        _check_column(data, by, "by")
     bounds = ContributionBounds(max_groups_per_unit, max_rows_per_unit)
     if privacy_unit is None:
         if not bounds.is_one_row_per_unit:

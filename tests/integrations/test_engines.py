@@ -167,3 +167,29 @@ def test_spark_checks_before_the_charge(spark: Any) -> None:
     with pytest.raises(Exception, match="not a column"):
         groupby(frame, "nope", keys=["a"])
     assert len(acct.records) == 0
+
+
+def test_whole_table_statistic_equals_the_one_column_aggregate() -> None:
+    from dpaccount import aggregates as agg
+
+    df = table(500, 8)
+    acct = Accountant(Budget(10))
+    whole = groupby(df, None, rng=RandomSource.seeded(2)).sum(
+        "x", acct, 1, lower=0, upper=10, granularity="0.25")
+    alone = agg.sum(df["x"], acct, 1, lower=0, upper=10, granularity="0.25",
+                    rng=RandomSource.seeded(2))
+    assert list(whole.frame.index) == ["all"]
+    assert whole.frame["value"].iloc[0] == alone.value
+    assert whole.cost == alone.cost
+
+
+def test_dask_whole_table_with_a_privacy_unit() -> None:
+    dd = _need("dask.dataframe")
+    df = table(1_000, 6)
+    results = []
+    for data in (df, dd.from_pandas(df, npartitions=3)):
+        acct = Accountant(Budget(10))
+        g = groupby(data, None, privacy_unit="user", max_rows_per_unit=2,
+                    rng=RandomSource.seeded(3))
+        results.append(g.count(acct, 1).frame)
+    pd.testing.assert_frame_equal(results[0], results[1])
