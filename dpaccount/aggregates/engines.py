@@ -138,8 +138,10 @@ def _positions(column: Any, keys: tuple[Any, ...], name: str) -> npt.NDArray[np.
     """Each row's position among the declared keys (-1: not declared or missing)."""
     import pandas as pd
 
-    try:
-        found = np.asarray(pd.Index(list(keys)).get_indexer(column), dtype=np.int64)
+    try:  # the distinct values first (fast on large columns), then their positions
+        codes, uniques = pd.factorize(column, use_na_sentinel=True)
+        at = np.asarray(pd.Index(list(keys)).get_indexer(uniques), dtype=np.int64)
+        found = np.where(codes >= 0, np.append(at, -1)[codes], -1).astype(np.int64)
     except Exception:  # a hostile column may raise anything, values inside
         found = None
     if found is None:  # raised outside the handler: no context holding a value
@@ -169,6 +171,7 @@ def partial_totals(frame: Any, spec: TotalsSpec) -> dict[Any, GroupTotals]:
 
     When a privacy unit is set, every row of a person must be in this partition.
     """
+    import pandas as pd
 
     frame = frame.reset_index(drop=True)
     if spec.by is None:  # the whole table
@@ -197,7 +200,7 @@ def partial_totals(frame: Any, spec: TotalsSpec) -> dict[Any, GroupTotals]:
     if spec.unit is None:
         units_per = rows_per
     else:
-        distinct = np.unique(units * max(n_groups, 1) + g)
+        distinct = pd.unique(units * max(n_groups, 1) + g)
         units_per = np.bincount(distinct % max(n_groups, 1), minlength=n_groups)
     out = {
         labels[i]: GroupTotals(int(rows_per[i]), int(units_per[i]))

@@ -122,6 +122,14 @@ def _as_1d(values: Any) -> Any:
     return np.asarray(values, dtype=object) if isinstance(values, list) else values
 
 
+def _factorize(values: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], Any]:
+    """Codes (0, 1, ... by first appearance) and the distinct values of an int64 array."""
+    import pandas as pd
+
+    codes, uniques = pd.factorize(values)
+    return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=np.int64)
+
+
 def _rank_within(segment: npt.NDArray[np.int64], priority: npt.NDArray[np.uint64]) -> Any:
     """For each element, its rank (0, 1, ...) by priority among elements of its segment."""
     order = np.lexsort((priority, segment))
@@ -181,7 +189,7 @@ def bound_contributions(
     u, g = units[valid], groups[valid]
     n_groups = int(g.max()) + 1
     pair = u * n_groups + g  # < 2**63 for any table that fits in memory
-    pairs, pair_of_row = np.unique(pair, return_inverse=True)
+    pair_of_row, pairs = _factorize(pair)
     keep = np.ones(valid.size, dtype=bool)
     source = rng if rng is not None else RandomSource()
     if bounds.max_groups_per_unit < pairs.size:
@@ -190,12 +198,23 @@ def bound_contributions(
             by_pair = source.random_words(pairs.size)
         else:  # any row of a pair gives its priority: all its rows share it
             first = np.zeros(pairs.size, dtype=np.int64)
-            first[pair_of_row[::-1]] = np.arange(valid.size - 1, -1, -1)
+            first[pair_of_row] = np.arange(valid.size)
             by_pair = np.asarray(pair_priority, dtype=np.uint64)[valid][first]
-        pair_rank = _rank_within(pair_unit, by_pair)
-        keep &= (pair_rank < bounds.max_groups_per_unit)[pair_of_row]
-    own = (source.random_words(valid.size) if row_priority is None
-           else np.asarray(row_priority, dtype=np.uint64)[valid])
-    row_rank = _rank_within(pair_of_row.astype(np.int64), own)
-    keep &= row_rank < bounds.max_rows_per_unit
+        # only units with more than G pairs need ranking
+        unit_of_pair = _factorize(pair_unit)[0]
+        crowded = np.bincount(unit_of_pair)[unit_of_pair] > bounds.max_groups_per_unit
+        if crowded.any():
+            dropped = np.zeros(pairs.size, dtype=bool)
+            which = np.flatnonzero(crowded)
+            rank = _rank_within(pair_unit[which], by_pair[which])
+            dropped[which[rank >= bounds.max_groups_per_unit]] = True
+            keep &= ~dropped[pair_of_row]
+    # only pairs with more than R rows need ranking
+    sizes = np.bincount(pair_of_row, minlength=pairs.size)
+    crowded_rows = np.flatnonzero(sizes[pair_of_row] > bounds.max_rows_per_unit)
+    if crowded_rows.size:
+        own = (source.random_words(valid.size) if row_priority is None
+               else np.asarray(row_priority, dtype=np.uint64)[valid])
+        rank = _rank_within(pair_of_row[crowded_rows].astype(np.int64), own[crowded_rows])
+        keep[crowded_rows[rank >= bounds.max_rows_per_unit]] = False
     return valid[keep]
