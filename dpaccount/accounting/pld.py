@@ -99,6 +99,7 @@ from dpaccount.charges import (
     Parallel,
     RandomizedResponseCharge,
     Relation,
+    Repeated,
     Scheme,
     Subsampled,
     atoms,
@@ -603,6 +604,16 @@ class PrivacyLossDistribution:
                 f"a parallel charge stated for {charge.relation.value} neighbours cannot be "
                 f"composed under {rel.value}"
             )
+        if (
+            isinstance(charge, Parallel)
+            and rel is Relation.ADD_REMOVE
+            and len(set(charge.partitions)) == 1
+            and not isinstance(charge.partitions[0], (Parallel, Repeated))
+        ):
+            # one record is in one part and the other parts' outputs are equal and
+            # independent of it, so the privacy loss is that part's: its pair dominates
+            # (McSherry 2009, Thm 4, in the privacy-loss form; a group-by's parts)
+            return cls.from_charge(charge.partitions[0], relation=rel, **options)
         if isinstance(charge, GaussianCharge):
             return cls.gaussian(charge.sigma, charge.sensitivity, **options)
         if isinstance(charge, LaplaceCharge):
