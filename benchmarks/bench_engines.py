@@ -11,6 +11,8 @@ at most 2 groups and 5 rows per group kept). On each engine it runs once with dp
 once as the plain engine query without privacy (``groupby().agg(count, mean)``), in the
 same run, alternating; imports and engine start-up happen before any timer. Prints the
 minimum time of each and the overhead ratio dpaccount / plain. Goal (issue 12): <= 1.5.
+Then, where it installs, the same job against PipelineDP's local backend (`peer`): the
+error and time ratios.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engines", default="pandas,dask,spark")
+    parser.add_argument("--peer-rows", type=int, default=1_000_000,
+                        help="rows for the PipelineDP comparison (0: skip it)")
+    parser.add_argument("--peer-trials", type=int, default=3)
     args = parser.parse_args(argv)
     df = data(args.rows)
     engines = args.engines.split(",")
@@ -114,6 +119,63 @@ def main(argv: Any = None) -> None:
             t_ours = min(t_ours, best(ours, 1))
             t_theirs = min(t_theirs, best(theirs, 1))
         print(f"{name:<8}{t_ours:>13.2f}{t_theirs:>10.2f}{t_ours / t_theirs:>10.2f}")
+    if args.peer_rows:
+        peer(args.peer_rows, args.peer_trials)
+
+
+def peer(rows: int, trials: int) -> None:
+    """dpaccount (pandas) against PipelineDP's local backend on the same job and budget.
+
+    Both bound each person to 2 regions and 5 rows per region, release the count and the
+    mean per region with epsilon 1 each (PipelineDP: total epsilon 2 over its two
+    metrics) and public regions. Error: the 95th percentile over regions and trials of
+    |noisy mean - exact mean of all values clipped to [0, 100]| (both sides pay the
+    bias of bounding); time: the median of one release.
+    """
+    try:
+        import pipeline_dp
+    except ImportError:
+        print("PipelineDP is not installed (pip install pipeline-dp): peer comparison skipped")
+        return
+    df = data(rows, seed=1)
+    exact = df.assign(x=df["x"].clip(0, 100)).groupby("region")["x"].mean()
+    records = list(df.itertuples(index=False))
+
+    def theirs() -> pd.Series:
+        acc = pipeline_dp.NaiveBudgetAccountant(total_epsilon=2, total_delta=1e-6)
+        engine = pipeline_dp.DPEngine(acc, pipeline_dp.LocalBackend())
+        params = pipeline_dp.AggregateParams(
+            noise_kind=pipeline_dp.NoiseKind.LAPLACE,
+            metrics=[pipeline_dp.Metrics.COUNT, pipeline_dp.Metrics.MEAN],
+            max_partitions_contributed=2, max_contributions_per_partition=5,
+            min_value=0, max_value=100,
+        )
+        extract = pipeline_dp.DataExtractors(
+            partition_extractor=lambda r: r.region, privacy_id_extractor=lambda r: r.user,
+            value_extractor=lambda r: r.x,
+        )
+        out = engine.aggregate(records, params, extract, public_partitions=REGIONS)
+        acc.compute_budgets()
+        return pd.Series({k: m.mean for k, m in out})
+
+    def ours() -> pd.Series:
+        return private(df)()[1]["value"]
+
+    errors: dict[str, list[float]] = {"ours": [], "theirs": []}
+    times: dict[str, list[float]] = {"ours": [], "theirs": []}
+    for _ in range(trials):
+        for name, run in (("ours", ours), ("theirs", theirs)):
+            start = time.perf_counter()
+            means = run()
+            times[name].append(time.perf_counter() - start)
+            errors[name].extend(abs(means[k] - exact[k]) for k in REGIONS)
+    e_ours, e_theirs = (float(np.quantile(errors[k], 0.95)) for k in ("ours", "theirs"))
+    t_ours, t_theirs = (float(np.median(times[k])) for k in ("ours", "theirs"))
+    print(f"\nagainst PipelineDP (local backend), {rows} rows, {trials} trials:")
+    print(f"{'':<12}{'mean err':>10}{'time s':>9}")
+    print(f"{'dpaccount':<12}{e_ours:>10.4g}{t_ours:>9.2f}")
+    print(f"{'PipelineDP':<12}{e_theirs:>10.4g}{t_theirs:>9.2f}")
+    print(f"{'ratio':<12}{e_ours / e_theirs:>10.3f}{t_ours / t_theirs:>9.3f}")
 
 
 if __name__ == "__main__":
