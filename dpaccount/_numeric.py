@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -414,3 +415,21 @@ def log1p_expm1_scaled_up(rate: Fraction, epsilon: Fraction) -> Fraction:
         return ZERO
     inner = float_up(rate) * math.nextafter(math.expm1(float_up(epsilon)), math.inf)
     return min(up(math.log1p(inner), ulps=8), epsilon)
+
+
+def bisect_geometric(ok: Callable[[float], bool], lo: float, hi: float, rel: float) -> float:
+    """The smallest x found in [lo, hi] with ``ok(x)`` (``ok(hi)`` holds, ``ok`` monotone),
+    to a relative width ``rel``, by bisection of the logarithm; the point returned
+    passes ``ok``.
+
+    Examples:
+        >>> round(bisect_geometric(lambda x: x * x >= 2.0, 1.0, 2.0, 1e-9), 6)
+        1.414214
+    """
+    while hi / lo - 1.0 > rel:
+        mid = math.sqrt(lo * hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -59,7 +59,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from dpaccount._numeric import check_delta, check_positive, float_up
+from dpaccount._numeric import bisect_geometric, check_delta, check_positive, float_up
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import InvalidCostError, unreleasable
 from dpaccount.mechanisms._sampling import (
@@ -206,12 +206,7 @@ class EllipticalGaussianMechanism(Mechanism):
         lo = hi
         while ok(lo) and lo > 1e-300:
             hi, lo = lo, lo / 2.0
-        while hi / lo - 1.0 > 1e-7:
-            mid = math.sqrt(lo * hi)
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
+        hi = bisect_geometric(ok, lo, hi, 1e-7)
         return self._t2_for(hi)
 
     # -- the interface ----------------------------------------------------------------------

@@ -65,6 +65,7 @@ import numpy as np
 from scipy import special
 
 from dpaccount._numeric import (
+    bisect_geometric,
     check_delta,
     check_float_delta,
     check_positive,
@@ -521,13 +522,7 @@ class GaussianMechanism(Mechanism):
         lo, hi = sigma, sigma * 1.01
         while not ok(hi):
             lo, hi = hi, hi * 1.25
-        while hi / lo - 1.0 > 1e-6:
-            mid = math.sqrt(lo * hi)
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
-        return hi
+        return bisect_geometric(ok, lo, hi, 1e-6)
 
     # -- the interface ----------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from dpaccount._numeric import check_delta, check_positive, float_up
+from dpaccount._numeric import bisect_geometric, check_delta, check_positive, float_up
 from dpaccount.charges import DiscreteGaussianCharge, DiscreteLaplaceCharge
 from dpaccount.errors import InvalidCostError
 from dpaccount.mechanisms._sampling import (
@@ -234,12 +234,7 @@ class IntegerGaussianMechanism(Mechanism):
             lo = hi / 1.5
             while ok(lo) and lo > 1e-300:
                 hi, lo = lo, lo / 1.5
-        while hi / lo - 1.0 > 1e-6:
-            mid = math.sqrt(lo * hi)
-            if ok(mid):
-                hi = mid
-            else:
-                lo = mid
+        hi = bisect_geometric(ok, lo, hi, 1e-6)
         # s rounded up to 26 significant bits, so that s^2 is exact and the charge can
         # carry s itself; raised again should the bound at s^2 not fit
         s = _coarse_up(math.sqrt(hi))
