@@ -32,7 +32,8 @@ def test_rdp_of_parallel_is_the_largest_part_or_two(sigmas: list[float], alpha: 
     exact = sorted((closed(s, alpha) for s in sigmas), reverse=True)
     add_remove = charge_rdp(Parallel(parts), alpha)
     assert exact[0] <= add_remove <= exact[0] * (1 + 1e-8) + 1e-12  # not the sum
-    substitution = charge_rdp(Parallel(parts, "substitution"), alpha, relation=Relation.SUBSTITUTION)
+    substitution = charge_rdp(Parallel(parts, "substitution"), alpha,
+                              relation=Relation.SUBSTITUTION)
     two = sum(exact[:2])
     assert two <= substitution <= two * (1 + 1e-8) + 1e-12
 
