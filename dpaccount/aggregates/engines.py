@@ -268,11 +268,19 @@ def _decode(text: str) -> dict[Any, GroupTotals]:
 
 
 def _encoded_partials(frames: Any, spec: TotalsSpec) -> Any:
-    """For ``mapInPandas`` / ``map_partitions``: one text row per partition."""
+    """For ``mapInPandas`` / ``map_partitions``: one text row per partition.
+
+    Spark hands a partition to ``mapInPandas`` as many Arrow batches. They are joined
+    first: a person's rows may be spread over the batches of their partition, and they
+    must be bounded together (bounding each batch alone would let a person keep R rows
+    in every batch).
+    """
     import pandas as pd
 
-    for frame in frames:
-        yield pd.DataFrame({"payload": [_encode(partial_totals(frame, spec))]})
+    parts = list(frames)
+    whole = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0] if parts else None
+    if whole is not None:
+        yield pd.DataFrame({"payload": [_encode(partial_totals(whole, spec))]})
 
 
 # -- the engines ---------------------------------------------------------------------------

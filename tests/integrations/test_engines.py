@@ -125,6 +125,9 @@ def spark() -> Iterator[Any]:
             SparkSession.builder.master("local[2]").appName("dpaccount-tests")
             .config("spark.ui.enabled", "false")
             .config("spark.sql.shuffle.partitions", "3")
+            # small Arrow batches: mapInPandas hands a partition over in many pieces,
+            # and a person's rows must still be bounded together
+            .config("spark.sql.execution.arrow.maxRecordsPerBatch", "37")
             .config("spark.pyspark.python", sys.executable)
             .config("spark.pyspark.driver.python", sys.executable)
             .getOrCreate()
