@@ -223,6 +223,29 @@ def _dtype_text(data: Any, name: str) -> tuple[bool, str]:
     return bool(_pandas().api.types.is_numeric_dtype(dtype)), str(dtype)
 
 
+#: Key types whose values travel back from the engine as JSON, for undeclared keys.
+_SPARK_KEYS = ("string", "tinyint", "smallint", "int", "bigint", "boolean")
+
+
+def _check_key_type(data: Any, by: str) -> None:
+    """Undeclared keys come back from Dask or Spark as text: strings, integers, booleans."""
+    if engine_of(data) == "spark":
+        text = dict(data.dtypes)[by]
+        ok = text in _SPARK_KEYS
+    else:
+        dtype = data[by].dtype
+        api = _pandas().api.types
+        text = str(dtype)
+        ok = (api.is_string_dtype(dtype) or api.is_integer_dtype(dtype)
+              or api.is_bool_dtype(dtype) or text == "object")
+    if not ok:
+        raise ConfigError(
+            f"the key column {by!r} has type {text}: on Dask and Spark, undeclared keys must "
+            "be strings, integers or booleans; declare the keys (keys=[...]) or cast the "
+            "column"
+        )
+
+
 def _check_numeric(data: Any, name: str) -> None:
     numeric, text = _dtype_text(data, name)
     if not numeric:
@@ -705,6 +728,8 @@ def groupby(
             )
     else:
         _check_column(data, privacy_unit, "privacy_unit")
+    if keys is None and by is not None and engine_of(data) in ("dask", "spark"):
+        _check_key_type(data, by)
     if keys is not None:
         if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
             raise InvalidCostError("keys", type(keys).__name__, "must be a list of keys")

@@ -196,3 +196,14 @@ def test_dask_whole_table_with_a_privacy_unit() -> None:
                     rng=RandomSource.seeded(3))
         results.append(g.count(acct, 1).frame)
     pd.testing.assert_frame_equal(results[0], results[1])
+
+
+def test_undeclared_keys_of_other_types_are_refused_before_the_charge() -> None:
+    dd = _need("dask.dataframe")
+    from dpaccount import ConfigError
+
+    frame = dd.from_pandas(pd.DataFrame({"day": pd.to_datetime(["2026-11-24"] * 3),
+                                         "x": [1.0, 2.0, 3.0]}), npartitions=1)
+    with pytest.raises(ConfigError, match="declare the keys"):
+        groupby(frame, "day")
+    assert groupby(frame, "day", keys=[pd.Timestamp("2026-11-24")]) is not None
