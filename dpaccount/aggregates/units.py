@@ -18,12 +18,14 @@ contribution bounding of Wilson, Zhang, Lam, Desfontaines, Simmons-Marengo and G
 and of Amin, Kulesza, Muñoz Medina and Vassilvitskii 2019, "Bounding User Contributions:
 A Bias-Variance Trade-off in Differential Privacy" (ICML 2019).
 
-**Why sampling keeps the guarantee.** Each person's rows are reduced with randomness of
-their own (independent 64-bit priorities from the OS CSPRNG), looking at no other person's
-rows. For neighbours D, D' that differ in person u, couple the priorities of every other
-person: the reduced datasets then differ only in u's reduced rows, which respect the
-bounds, so the aggregate's guarantee for bounded contributions holds for each value of
-the coupled randomness, and hence for the mixture (a mixture of pairs at hockey-stick
+**Why sampling keeps the guarantee.** Each person's rows are reduced by priorities that
+depend only on secret randomness and that person's own rows: independent 64-bit words
+from the OS CSPRNG (the one-column aggregates), or keyed hashes of the rows' contents
+under a key drawn from the CSPRNG (`groupby`, on every engine:
+`dpaccount.aggregates.engines`). For neighbours D, D' that differ in person u, fix that
+randomness (the key, or every other person's words): the reduced datasets then differ
+only in u's reduced rows, which respect the bounds, so the aggregate's guarantee for
+bounded contributions holds for each value of the randomness, and hence for the mixture (a mixture of pairs at hockey-stick
 divergence at most delta is at most delta: the divergence is jointly convex). Rows whose
 unit or group is missing (None, NaN) are dropped: each is dropped by a rule that looks at
 that row alone, so the output does not depend on them.
