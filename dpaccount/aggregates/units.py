@@ -25,10 +25,11 @@ under a key drawn from the CSPRNG (`groupby`, on every engine:
 `dpaccount.aggregates.engines`). For neighbours D, D' that differ in person u, fix that
 randomness (the key, or every other person's words): the reduced datasets then differ
 only in u's reduced rows, which respect the bounds, so the aggregate's guarantee for
-bounded contributions holds for each value of the randomness, and hence for the mixture (a mixture of pairs at hockey-stick
-divergence at most delta is at most delta: the divergence is jointly convex). Rows whose
-unit or group is missing (None, NaN) are dropped: each is dropped by a rule that looks at
-that row alone, so the output does not depend on them.
+bounded contributions holds for each value of the randomness, and hence for the mixture
+(a mixture of pairs at hockey-stick divergence at most delta is at most delta: the
+divergence is jointly convex). Rows whose unit or group is missing (None, NaN) are
+dropped: each is dropped by a rule that looks at that row alone, so the output does not
+depend on them.
 """
 
 from __future__ import annotations
@@ -203,8 +204,10 @@ def bound_contributions(
             first[pair_of_row] = np.arange(valid.size)
             by_pair = np.asarray(pair_priority, dtype=np.uint64)[valid][first]
         # only units with more than G pairs need ranking
-        unit_of_pair = _factorize(pair_unit)[0]
-        crowded = np.bincount(unit_of_pair)[unit_of_pair] > bounds.max_groups_per_unit
+        # codes from `codes_of` are dense (0 .. n-1): count pairs per unit directly
+        dense = pair_unit if int(pair_unit.max()) < 4 * units.size + 16 else _factorize(
+            pair_unit)[0]
+        crowded = np.bincount(dense)[dense] > bounds.max_groups_per_unit
         if crowded.any():
             dropped = np.zeros(pairs.size, dtype=bool)
             which = np.flatnonzero(crowded)
