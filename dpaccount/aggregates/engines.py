@@ -278,8 +278,8 @@ def _encoded_partials(frames: Any, spec: TotalsSpec) -> Any:
     import pandas as pd
 
     parts = list(frames)
-    whole = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0] if parts else None
-    if whole is not None:
+    if parts:  # an empty partition sends nothing
+        whole = pd.concat(parts, ignore_index=True)
         yield pd.DataFrame({"payload": [_encode(partial_totals(whole, spec))]})
 
 

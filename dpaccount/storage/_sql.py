@@ -29,11 +29,12 @@ import attrs
 import pydantic
 
 from dpaccount._numeric import int_text, text_int
-from dpaccount.errors import LedgerCorruptError, StorageError
+from dpaccount.errors import LedgerConflictError, LedgerCorruptError, StorageError
 from dpaccount.records import (
     GENESIS_HASH,
     LedgerMeta,
     LedgerRecord,
+    canonical_bytes,
     chain_hash_payload,
     decode_record,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "frac_text",
     "meta_hash",
     "missed_records",
+    "renumberable",
     "split_at_seq",
     "within_limits",
 ]
@@ -141,6 +143,20 @@ def within_limits(
 
 #: What precedes a record's seq in its canonical payload (sorted keys, no spaces).
 SEQ_KEY = '"seq":'
+
+
+def renumberable(record: LedgerRecord, known_head: int) -> tuple[str, str]:
+    """The canonical payload of a record numbered ``known_head``, cut around its ``seq``
+    (`split_at_seq`), for the appends that store it at whatever head they find.
+
+    Raises:
+        LedgerConflictError: The record is not numbered ``known_head``.
+    """
+    if record.seq != known_head:
+        raise LedgerConflictError(
+            f"record seq {record.seq} does not match the known head {known_head}"
+        )
+    return split_at_seq(canonical_bytes(record).decode(), known_head)
 
 
 def split_at_seq(payload: str, seq: int) -> tuple[str, str]:

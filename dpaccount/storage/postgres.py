@@ -95,7 +95,7 @@ from dpaccount.storage._sql import (
     missed_records,
     parse_frac,
     parse_meta,
-    split_at_seq,
+    renumberable,
     tip_of,
 )
 from dpaccount.storage.base import AppendResult
@@ -588,11 +588,7 @@ class PostgresStore:
                 the connection broke during commit, the outcome is unknown and the
                 charge is refused anyway).
         """
-        if record.seq != known_head:
-            raise LedgerConflictError(
-                f"record seq {record.seq} does not match the known head {known_head}"
-            )
-        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+        prefix, suffix = renumberable(record, known_head)
         seen = self._seen
         params = {
             "name": self.name, "known": known_head, "prefix": prefix, "suffix": suffix,
@@ -668,11 +664,7 @@ class PostgresStore:
                 fails validation.
             StorageError: Lock timeout or a database error; nothing was written.
         """
-        if record.seq != known_head:
-            raise LedgerConflictError(
-                f"record seq {record.seq} does not match the known head {known_head}"
-            )
-        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+        prefix, suffix = renumberable(record, known_head)
 
         def insert(cur: Any) -> tuple[bool, LedgerTip, list[LedgerRecord]]:
             if self.commit == "group":

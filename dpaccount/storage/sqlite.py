@@ -67,7 +67,7 @@ from dpaccount.storage._sql import (
     missed_records,
     parse_frac,
     parse_meta,
-    split_at_seq,
+    renumberable,
     tip_of,
     within_limits,
 )
@@ -328,10 +328,7 @@ class SQLiteStore:
         query_id = record.query_id
 
         def insert(cur: sqlite3.Cursor) -> None:
-            tip = self._tip(cur)
-            if tip is None:
-                raise StorageError(f"ledger {self.name!r} is not initialized")
-            self._check_settings()
+            tip = self._locked_tip(cur)
             if tip.head != expected_head:
                 raise LedgerConflictError(
                     f"expected {expected_head} records, found {tip.head}"
@@ -380,18 +377,11 @@ class SQLiteStore:
             StorageError: The write lock could not be had in time, or SQLite failed;
                 nothing was written.
         """
-        if record.seq != known_head:
-            raise LedgerConflictError(
-                f"record seq {record.seq} does not match the known head {known_head}"
-            )
-        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+        prefix, suffix = renumberable(record, known_head)
         cost = record.cost
 
         def insert(cur: sqlite3.Cursor) -> tuple[bool, LedgerTip, str, list[RecordRow]]:
-            tip = self._tip(cur)
-            if tip is None:
-                raise StorageError(f"ledger {self.name!r} is not initialized")
-            self._check_settings()
+            tip = self._locked_tip(cur)
             check_not_behind(tip.head, known_head)
             prev = tip.last_hash  # nothing missed: nothing to read
             rows: list[RecordRow] = []
@@ -426,17 +416,10 @@ class SQLiteStore:
             StorageError: The write lock could not be had in time, or SQLite failed;
                 nothing was written.
         """
-        if record.seq != known_head:
-            raise LedgerConflictError(
-                f"record seq {record.seq} does not match the known head {known_head}"
-            )
-        prefix, suffix = split_at_seq(canonical_bytes(record).decode(), known_head)
+        prefix, suffix = renumberable(record, known_head)
 
         def insert(cur: sqlite3.Cursor) -> tuple[bool, int, list[LedgerRecord]]:
-            tip = self._tip(cur)
-            if tip is None:
-                raise StorageError(f"ledger {self.name!r} is not initialized")
-            self._check_settings()
+            tip = self._locked_tip(cur)
             check_not_behind(tip.head, known_head)
             missed: list[LedgerRecord] = []
             if tip.head > known_head:
@@ -449,6 +432,15 @@ class SQLiteStore:
 
         appended, seq, missed = self._write(insert)
         return AppendResult(appended, seq, tuple(missed))
+
+    def _locked_tip(self, cur: sqlite3.Cursor) -> LedgerTip:
+        """The tip, read inside a write transaction, after checking that the stored
+        settings are still the ones this store opened under."""
+        tip = self._tip(cur)
+        if tip is None:
+            raise StorageError(f"ledger {self.name!r} is not initialized")
+        self._check_settings()
+        return tip
 
     def _rows_since(self, cur: sqlite3.Cursor, start: int) -> tuple[str, list[RecordRow]]:
         """The hash of record ``start - 1`` and the rows from ``start`` on."""
