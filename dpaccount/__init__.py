@@ -41,6 +41,7 @@ from dpaccount.errors import (
     UnreleasableResultError,
     UnsupportedChargeError,
 )
+from dpaccount.keys import LedgerKey
 from dpaccount.ledgers import open_ledger
 from dpaccount.mechanisms import (
     BLRMechanism,
@@ -114,6 +115,7 @@ __all__ = [
     "LaplaceMechanism",
     "LedgerConflictError",
     "LedgerCorruptError",
+    "LedgerKey",
     "LedgerRecord",
     "Mechanism",
     "Parallel",

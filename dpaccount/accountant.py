@@ -215,7 +215,8 @@ class Accountant:
             self._deciding_store = self._store
         self._lock = threading.RLock()
         stored = self._store.initialize(meta)
-        if stored != meta:
+        # The store names its key (if any) in the stored settings and refuses another.
+        if stored != meta.model_copy(update={"key_id": stored.key_id}):
             raise ConfigError(
                 f"ledger {name!r} was created with budget {stored.budget}, rule "
                 f"{stored.rule}, relation {stored.relation.value}, dataset size "

@@ -1,8 +1,11 @@
-"""``dpaccount ledger show|verify|export|report``: read and audit a durable ledger.
+"""``dpaccount ledger show|verify|checkpoint|export|report|keygen``: read and audit a
+durable ledger.
 
-Every command takes the ledger's URL (``sqlite:///path.db``, ``postgresql://...``) and
-``--name`` (``default`` if omitted). ``verify`` exits 0 when the ledger is intact and 1,
-naming the first bad record, when it is not.
+Every command takes the ledger's URL (``sqlite:///path.db``, ``postgresql://...``),
+``--name`` (``default`` if omitted) and, for a keyed ledger, ``--key-file`` (default: the
+``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY`` environment variable).
+``verify`` exits 0 when the ledger is intact and 1, naming the first bad record, when it
+is not. ``keygen`` writes a new random key file (0600).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dpaccount.errors import (
     StorageError,
     missing_extra,
 )
+from dpaccount.keys import LedgerKey
 from dpaccount.ledgers import check_checkpoint, make_checkpoint, open_store, redact_url
 from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
 
@@ -43,6 +47,8 @@ def add_ledger_commands(subparsers: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("url", help="sqlite:///path.db or postgresql://user@host/db")
         p.add_argument("--name", default="default", help="the ledger's name (default: default)")
+        p.add_argument("--key-file", help="the key of a keyed ledger (default: "
+                       "$DPACCOUNT_LEDGER_KEY_FILE or $DPACCOUNT_LEDGER_KEY)")
 
     show = sub.add_parser("show", help="a table of every charge, what is spent and remains")
     common(show)
@@ -66,6 +72,9 @@ def add_ledger_commands(subparsers: Any) -> None:
     common(report)
     report.add_argument("--out", required=True, help="the image file to write (e.g. .png)")
     report.set_defaults(func=_report)
+    keygen = sub.add_parser("keygen", help="write a new random ledger key file (0600)")
+    keygen.add_argument("--output", required=True, help="the key file to create")
+    keygen.set_defaults(func=_keygen)
 
 
 def ledger_main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -94,10 +103,17 @@ def _out(args: argparse.Namespace) -> TextIO:
     return stream if stream is not None else sys.stdout
 
 
+def _key(args: argparse.Namespace) -> LedgerKey | None:
+    path = getattr(args, "key_file", None)
+    return LedgerKey.from_file(path) if path else LedgerKey.from_env()
+
+
 def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any]:
+    """The verified ledger: its settings, records and tip (``args.history`` is set to
+    its settings history)."""
     if str(args.url).lower().startswith("memory:"):
         raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
-    store: Any = open_store(args.url, name=args.name, create=False)
+    store: Any = open_store(args.url, name=args.name, create=False, key=_key(args))
     try:
         meta = store.stored_meta()
         if meta is None:
@@ -114,6 +130,7 @@ def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any
                 "database no longer refuses edits, so its records cannot be trusted"
             )
         records = list(store.read())
+        args.history = store.meta_history()
     finally:
         store.close()
     return meta, records, tip
@@ -205,7 +222,14 @@ def _verify(args: argparse.Namespace) -> int:
     if args.checkpoint:
         try:
             with open(args.checkpoint, encoding="utf-8") as stream:
-                check_checkpoint(records, json.load(stream), meta.name)
+                point = json.load(stream)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read the checkpoint file {args.checkpoint!r}: "
+                              f"{exc}") from None
+        try:
+            if not isinstance(point, dict):
+                raise ConfigError("the checkpoint file is not a dpaccount head checkpoint")
+            check_checkpoint(records, point, meta.name, key=_key(args), history=args.history)
         except LedgerCorruptError as exc:
             print(f"CORRUPT: ledger {args.name!r} at {redact_url(args.url)}: {exc}", file=out)
             return 1
@@ -223,12 +247,21 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _checkpoint(args: argparse.Namespace) -> int:
     meta, records, _tip = _load(args)
-    point = make_checkpoint(records, meta.name)
+    point = make_checkpoint(records, meta.name, key=_key(args), history=args.history)
     with open(args.output, "w", encoding="utf-8") as stream:
         json.dump(point, stream, indent=2, sort_keys=True)
         stream.write("\n")
     print(f"wrote {args.output}: ledger {meta.name!r}, {point['head']} records, last hash "
           f"{point['last_hash']}", file=_out(args))
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    key = LedgerKey.generate()
+    key.write(args.output)
+    print(f"wrote {args.output}: a new ledger key, id {key.key_id} (readable by you only; "
+          "keep it outside the database and back it up: a keyed ledger cannot be verified "
+          "or written without it)", file=_out(args))
     return 0
 
 

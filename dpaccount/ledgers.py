@@ -12,6 +12,10 @@ Options go in the query string: ``?lock_timeout=10`` (seconds, every SQL backend
 ``?schema=name`` (PostgreSQL: the schema holding the tables, ``dpaccount`` by default)
 and ``?commit=group|sync`` (PostgreSQL: see `PostgresStore`).
 
+A keyed ledger (an HMAC chain, see `dpaccount.keys`) takes its key from ``key=`` or,
+when that is None, from the ``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY``
+environment variable; a URL never carries a key.
+
 Examples:
     >>> import os, tempfile
     >>> url = "sqlite:///" + os.path.join(tempfile.mkdtemp(), "census.db")
@@ -28,6 +32,7 @@ Examples:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -39,11 +44,19 @@ from dpaccount.accountant import Accountant, _as_budget, ledger_settings
 from dpaccount.charges import Relation
 from dpaccount.composition import Rule
 from dpaccount.errors import ConfigError, LedgerCorruptError
-from dpaccount.records import GENESIS_HASH, LedgerRecord, chain_hash
+from dpaccount.keys import LedgerKey
+from dpaccount.records import GENESIS_HASH, LedgerMeta, LedgerRecord, chain_hash
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore
 
-__all__ = ["check_checkpoint", "make_checkpoint", "open_ledger", "open_store", "redact_url"]
+__all__ = [
+    "check_checkpoint",
+    "check_checkpoint_file",
+    "make_checkpoint",
+    "open_ledger",
+    "open_store",
+    "redact_url",
+]
 
 _SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
 
@@ -116,11 +129,13 @@ def _timeout(options: Mapping[str, str]) -> float:
     return value
 
 
-def open_store(url: str, *, name: str = "default", create: bool = True) -> Store:
+def open_store(url: str, *, name: str = "default", create: bool = True,
+               key: LedgerKey | None = None) -> Store:
     """Open the store named by ``url`` for the ledger ``name`` (without an accountant).
 
     With ``create=False`` a SQLite file that does not exist is an error naming the path,
-    and nothing is created (for readers and auditors).
+    and nothing is created (for readers and auditors). ``key`` (default: from the
+    environment, see `LedgerKey.from_env`) is the key of a keyed ledger.
 
     Raises:
         ConfigError: An unknown scheme or option.
@@ -133,6 +148,10 @@ def open_store(url: str, *, name: str = "default", create: bool = True) -> Store
     scheme = parts.scheme.lower()
     if scheme == "memory":
         return MemoryStore()
+    if key is None:
+        key = LedgerKey.from_env()
+    elif not isinstance(key, LedgerKey):
+        raise ConfigError(f"key must be a LedgerKey, not {type(key).__name__}")
     if scheme == "sqlite":
         options = _options(parts.query, {"lock_timeout"})
         if parts.netloc:
@@ -145,7 +164,8 @@ def open_store(url: str, *, name: str = "default", create: bool = True) -> Store
             raise ConfigError(f"the sqlite URL {url!r} names no file")
         from dpaccount.storage.sqlite import SQLiteStore
 
-        return SQLiteStore(path, name=name, lock_timeout=_timeout(options), create=create)
+        return SQLiteStore(path, name=name, lock_timeout=_timeout(options), create=create,
+                           key=key)
     if scheme in ("postgresql", "postgres"):
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         schema = options.pop("schema", "dpaccount")
@@ -161,6 +181,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True) -> Store
         return PostgresStore(
             conninfo, name=name, schema=schema, lock_timeout=timeout,
             commit=commit,  # type: ignore[arg-type]  # checked there: ConfigError
+            key=key,
         )
     raise ConfigError(
         f"unknown ledger URL scheme {parts.scheme!r} in {redact_url(url)!r}; use one of "
@@ -180,6 +201,7 @@ def open_ledger(
     rule_options: Mapping[str, Any] | None = None,
     dataset_size: int | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
+    key: LedgerKey | None = None,
 ) -> Accountant:
     """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
 
@@ -202,6 +224,10 @@ def open_ledger(
             checkpoint``): the ledger must still hold the chain it recorded, or
             `LedgerCorruptError` is raised (truncation, a rollback to a backup, a
             recreated file).
+        key: The key of a keyed ledger (`LedgerKey`); None takes it from the
+            environment (``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY``) if
+            set. A ledger created with a key is an HMAC chain for good; see
+            docs/ledgers.md ("Threat model").
 
     Returns:
         An `Accountant` whose store is the opened ledger.
@@ -211,7 +237,7 @@ def open_ledger(
         LedgerCorruptError: The stored ledger fails verification.
         StorageError: The database cannot be used.
     """
-    store = open_store(url, name=name)
+    store = open_store(url, name=name, key=key)
     try:
         if migrate and not isinstance(store, MemoryStore):
             _, meta = ledger_settings(
@@ -233,42 +259,94 @@ def open_ledger(
             dataset_size=dataset_size,
         )
         if checkpoint is not None:
-            with open(checkpoint, encoding="utf-8") as stream:
-                check_checkpoint(acct.records, json.load(stream), name)
+            check_checkpoint_file(store, acct.records, checkpoint, name)
         return acct
     except BaseException:
         store.close()
         raise
 
 
-def make_checkpoint(records: Sequence[LedgerRecord], name: str) -> dict[str, Any]:
-    """A head checkpoint of a verified ledger: its name, length and last chain hash.
+def _history(store: Any) -> list[tuple[int, datetime, int, LedgerMeta]] | None:
+    history = getattr(store, "meta_history", None)
+    return None if history is None else list(history())
+
+
+def _settings_digest(meta: LedgerMeta) -> str:
+    return hashlib.sha256(meta.model_dump_json().encode()).hexdigest()
+
+
+def _signed_text(point: Mapping[str, Any]) -> bytes:
+    fields = {k: v for k, v in point.items() if k != "mac"}
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+
+def make_checkpoint(
+    records: Sequence[LedgerRecord],
+    name: str,
+    *,
+    key: LedgerKey | None = None,
+    history: Sequence[tuple[int, datetime, int, LedgerMeta]] | None = None,
+) -> dict[str, Any]:
+    """A head checkpoint of a verified ledger: its name, length and last chain link,
+    and (given its settings history) the number and digest of its latest settings.
 
     Written somewhere the database's writers cannot change (another machine, a
     write-once bucket, a signed commit), it lets `check_checkpoint` detect a ledger that
-    was truncated, rolled back to a backup or recreated since.
+    was truncated, rolled back to a backup, recreated, or had a migration undone since.
+    With the ledger's ``key`` the links are HMACs and the checkpoint carries a ``mac``
+    over its fields: nobody without the key can write one.
     """
     last = GENESIS_HASH
     for record in records:
-        last = chain_hash(last, record)
-    return {"ledger": name, "head": len(records), "last_hash": last,
-            "written_at": datetime.now(UTC).isoformat()}
+        last = chain_hash(last, record, key)
+    point: dict[str, Any] = {"ledger": name, "head": len(records), "last_hash": last,
+                             "written_at": datetime.now(UTC).isoformat()}
+    if history:
+        version, _, _, meta = history[-1]
+        point["meta_version"] = version
+        point["meta_digest"] = _settings_digest(meta)
+    if key is not None:
+        point["key_id"] = key.key_id
+        point["mac"] = key.sign(_signed_text(point))
+    return point
 
 
-def check_checkpoint(records: Sequence[LedgerRecord], checkpoint: Mapping[str, Any],
-                     name: str) -> None:
+def check_checkpoint(
+    records: Sequence[LedgerRecord],
+    checkpoint: Mapping[str, Any],
+    name: str,
+    *,
+    key: LedgerKey | None = None,
+    history: Sequence[tuple[int, datetime, int, LedgerMeta]] | None = None,
+) -> None:
     """Refuse a ledger that no longer extends the chain a checkpoint recorded.
 
+    Args:
+        records: The ledger's records (verified).
+        checkpoint: The checkpoint (`make_checkpoint`).
+        name: The ledger's name.
+        key: The ledger's key, if keyed: the checkpoint must then carry its ``mac``.
+        history: The ledger's settings history: it must still hold the settings the
+            checkpoint recorded (an undone migration is refused).
+
     Raises:
-        LedgerCorruptError: Another ledger's checkpoint, fewer records than it holds, or
-            a different chain up to its head.
+        LedgerCorruptError: Another ledger's checkpoint, fewer records than it holds, a
+            different chain up to its head, a settings history that lost or changed the
+            recorded settings, or (keyed) a missing or wrong signature.
         ConfigError: The checkpoint is not one (missing or malformed fields).
     """
     try:
         head, last_hash, ledger = (int(checkpoint["head"]), str(checkpoint["last_hash"]),
                                    str(checkpoint["ledger"]))
-    except (KeyError, TypeError, ValueError):
+        meta_version = checkpoint.get("meta_version")
+        meta_version = None if meta_version is None else int(meta_version)
+    except (KeyError, TypeError, ValueError, AttributeError):
         raise ConfigError("the checkpoint file is not a dpaccount head checkpoint") from None
+    if key is not None and not key.verify(_signed_text(checkpoint), str(checkpoint.get("mac"))):
+        raise LedgerCorruptError(
+            f"the checkpoint of ledger {ledger!r} is not signed by the ledger's key (key id "
+            f"{key.key_id}): it was written without the key, or edited"
+        )
     if ledger != name:
         raise LedgerCorruptError(f"the checkpoint is of ledger {ledger!r}, not {name!r}")
     if len(records) < head:
@@ -277,9 +355,38 @@ def check_checkpoint(records: Sequence[LedgerRecord], checkpoint: Mapping[str, A
             "checkpoint: it was truncated, rolled back to a backup or recreated",
             seq=len(records),
         )
-    if make_checkpoint(records[:head], name)["last_hash"] != last_hash:
+    last = GENESIS_HASH
+    for record in records[:head]:
+        last = chain_hash(last, record, key)
+    if last != last_hash:
         raise LedgerCorruptError(
             f"ledger {name!r} is not the chain its checkpoint recorded (its first {head} "
             "records differ): it was rewritten, or restored from another copy",
             seq=head - 1 if head else None,
         )
+    if meta_version is not None and history is not None:
+        at = [meta for version, _, _, meta in history if version == meta_version]
+        if not at or _settings_digest(at[0]) != checkpoint.get("meta_digest"):
+            raise LedgerCorruptError(
+                f"ledger {name!r} no longer holds settings version {meta_version} as its "
+                "checkpoint recorded it: a migration was undone or its history rewritten"
+            )
+
+
+def check_checkpoint_file(store: Store, records: Sequence[LedgerRecord],
+                          path: str | os.PathLike[str], name: str) -> None:
+    """`check_checkpoint` of the checkpoint file at ``path`` for an open store.
+
+    Raises:
+        ConfigError: The file cannot be read or is not a checkpoint.
+        LedgerCorruptError: As `check_checkpoint`.
+    """
+    try:
+        with open(path, encoding="utf-8") as stream:
+            point = json.load(stream)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the checkpoint file {os.fspath(path)!r}: {exc}") from None
+    if not isinstance(point, dict):
+        raise ConfigError("the checkpoint file is not a dpaccount head checkpoint")
+    check_checkpoint(records, point, name, key=getattr(store, "key", None),
+                     history=_history(store))

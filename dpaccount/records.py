@@ -9,7 +9,6 @@ are stored as ``"numerator/denominator"`` strings.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -34,6 +33,7 @@ from dpaccount.charges import (
 )
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import InvalidCostError, LedgerCorruptError
+from dpaccount.keys import LedgerKey, link
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -222,6 +222,8 @@ class LedgerMeta(_Strict):
         relation: The neighbouring relation of every charge.
         schema_version: The record format version.
         dataset_size: The declared number of records n, if any (total delta < 1/n).
+        key_id: For a keyed ledger (an HMAC chain), the id of its key (`LedgerKey.key_id`);
+            None (and absent from the stored JSON) for a SHA-256 chain. Set by the store.
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -231,6 +233,15 @@ class LedgerMeta(_Strict):
     rule: dict[str, Any]
     relation: Relation
     dataset_size: int | None = pydantic.Field(default=None, ge=1)
+    key_id: str | None = pydantic.Field(default=None, pattern="^[0-9a-f]{16}$")
+
+    @pydantic.model_serializer(mode="wrap")
+    def _omit_absent_key(self, handler: pydantic.SerializerFunctionWrapHandler) -> Any:
+        # An unkeyed ledger's metadata serialises exactly as before keys existed.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("key_id") is None:
+            data.pop("key_id", None)
+        return data
 
     @property
     def budget(self) -> Budget:
@@ -388,16 +399,17 @@ def canonical_bytes(record: LedgerRecord) -> bytes:
     return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
 
 
-def chain_hash(prev_hash: str, record: LedgerRecord) -> str:
-    """SHA-256 of the previous hash followed by the record's canonical encoding."""
-    return chain_hash_payload(prev_hash, canonical_bytes(record))
+def chain_hash(prev_hash: str, record: LedgerRecord, key: LedgerKey | None = None) -> str:
+    """The link after ``prev_hash`` of the record's canonical encoding: SHA-256, or
+    HMAC-SHA256 under ``key`` for a keyed ledger."""
+    return chain_hash_payload(prev_hash, canonical_bytes(record), key)
 
 
-def chain_hash_payload(prev_hash: str, payload: bytes | str) -> str:
+def chain_hash_payload(prev_hash: str, payload: bytes | str,
+                       key: LedgerKey | None = None) -> str:
     """`chain_hash()` of a record from its stored canonical encoding (no re-encoding).
 
     A payload that is not the canonical encoding of its record gets a different hash,
     so checking stored rows this way detects the same alterations.
     """
-    data = payload.encode() if isinstance(payload, str) else payload
-    return hashlib.sha256(prev_hash.encode() + b"\n" + data).hexdigest()
+    return link(prev_hash, payload.encode() if isinstance(payload, str) else payload, key)

@@ -18,6 +18,7 @@ LAYERS = {
     "dpaccount.composition": 1,
     "dpaccount.accounting": 1,
     "dpaccount.mechanisms": 2,
+    "dpaccount.keys": 3,
     "dpaccount.records": 3,
     "dpaccount.config": 3,
     "dpaccount.storage": 3,

@@ -19,7 +19,6 @@ Nothing here knows about differential privacy; the checks are about integrity on
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable
 from datetime import datetime
@@ -29,7 +28,8 @@ import attrs
 import pydantic
 
 from dpaccount._numeric import int_text, text_int
-from dpaccount.errors import LedgerConflictError, LedgerCorruptError, StorageError
+from dpaccount.errors import ConfigError, LedgerConflictError, LedgerCorruptError, StorageError
+from dpaccount.keys import KEY_FILE_ENV, LedgerKey, link
 from dpaccount.records import (
     GENESIS_HASH,
     LedgerMeta,
@@ -42,6 +42,7 @@ from dpaccount.records import (
 __all__ = [
     "LedgerTip",
     "RecordRow",
+    "check_key",
     "check_not_behind",
     "check_records",
     "check_tip",
@@ -194,10 +195,10 @@ def check_not_behind(head: int, known_head: int) -> None:
 
 
 def missed_records(rows: list[RecordRow], known_head: int, prev: str, head: int,
-                   last_hash: str) -> list[LedgerRecord]:
+                   last_hash: str, key: LedgerKey | None = None) -> list[LedgerRecord]:
     """The records from ``known_head`` on, checked against the chain (``prev``: the hash
     of record ``known_head - 1``) and against the cached tip (``head``, ``last_hash``)."""
-    missed = check_records(rows, known_head, prev)
+    missed = check_records(rows, known_head, prev, key)
     if known_head + len(missed) != head or (rows[-1][3] if rows else prev) != last_hash:
         raise LedgerCorruptError(
             f"the ledger's cached tip (head {head}) disagrees with its records", seq=head
@@ -206,7 +207,7 @@ def missed_records(rows: list[RecordRow], known_head: int, prev: str, head: int,
 
 
 def check_records(
-    rows: Iterable[RecordRow], start: int, prev_hash: str
+    rows: Iterable[RecordRow], start: int, prev_hash: str, key: LedgerKey | None = None
 ) -> list[LedgerRecord]:
     """Decode record rows and check that they continue the chain at ``prev_hash``.
 
@@ -214,6 +215,7 @@ def check_records(
         rows: Rows ordered by seq, the first expected to have seq ``start``.
         start: The seq of the first row.
         prev_hash: The hash of record ``start - 1`` (the genesis hash for 0).
+        key: The ledger's key if it is keyed (the links are HMACs under it).
 
     Returns:
         The decoded records.
@@ -243,7 +245,7 @@ def check_records(
                 f"record {seq}: its payload disagrees with its seq or query_id columns",
                 seq=seq,
             )
-        if chain_hash_payload(prev_hash, payload) != row_hash:
+        if chain_hash_payload(prev_hash, payload, key) != row_hash:
             raise LedgerCorruptError(
                 f"record {seq} was altered: its hash does not match its content", seq=seq
             )
@@ -290,14 +292,16 @@ def check_tip(actual: LedgerTip, cached: LedgerTip) -> None:
         )
 
 
-def meta_hash(prev_hash: str, version: int, at: str, head: int, meta_json: str) -> str:
-    """The hash of one meta-history entry, chained to the previous entry's hash."""
+def meta_hash(prev_hash: str, version: int, at: str, head: int, meta_json: str,
+              key: LedgerKey | None = None) -> str:
+    """The link of one meta-history entry after the previous entry's (SHA-256, or
+    HMAC-SHA256 under ``key`` for a keyed ledger)."""
     body = json.dumps(
         {"at": at, "head": head, "meta": json.loads(meta_json), "version": version},
         sort_keys=True,
         separators=(",", ":"),
     )
-    return hashlib.sha256(prev_hash.encode() + b"\n" + body.encode()).hexdigest()
+    return link(prev_hash, body.encode(), key)
 
 
 def parse_meta(text: str) -> LedgerMeta:
@@ -308,8 +312,12 @@ def parse_meta(text: str) -> LedgerMeta:
         raise LedgerCorruptError(f"the stored ledger metadata is invalid: {exc}") from exc
 
 
-def check_meta_history(rows: Iterable[MetaRow], current_meta: str) -> None:
+def check_meta_history(rows: Iterable[MetaRow], current_meta: str,
+                       key: LedgerKey | None = None) -> None:
     """Check the meta history chain and that it ends at the ledger's current metadata.
+
+    With ``key``, every link must be its HMAC: a migration added by anyone without the
+    key (a budget raised to 100, say) does not verify.
 
     Raises:
         LedgerCorruptError: An entry is missing or altered, or the current metadata was
@@ -322,7 +330,7 @@ def check_meta_history(rows: Iterable[MetaRow], current_meta: str) -> None:
             raise LedgerCorruptError(f"meta history entry {expected} is missing or out of order")
         try:
             datetime.fromisoformat(at)
-            ok = meta_hash(prev, version, at, head, meta_json) == row_hash
+            ok = meta_hash(prev, version, at, head, meta_json, key) == row_hash
         except (ValueError, json.JSONDecodeError):
             ok = False
         if not ok:
@@ -334,4 +342,37 @@ def check_meta_history(rows: Iterable[MetaRow], current_meta: str) -> None:
     if parse_meta(last_meta) != parse_meta(current_meta):
         raise LedgerCorruptError(
             "the ledger's metadata was changed without a recorded migration"
+        )
+
+
+def check_key(meta_text: str | None, key: LedgerKey | None, name: str) -> None:
+    """Refuse to read or write a ledger with a key that is not the one it was made with.
+
+    Raises:
+        ConfigError: The ledger is keyed and no key was given.
+        LedgerCorruptError: A key was given but the ledger is not keyed (made without
+            one, or rewritten without it), or it is keyed with another key.
+    """
+    if meta_text is None:
+        return
+    stored = parse_meta(meta_text).key_id
+    if stored is None and key is None:
+        return
+    if key is None:
+        raise ConfigError(
+            f"ledger {name!r} is keyed (its chain is an HMAC chain, key id {stored}): give "
+            f"its key (the {KEY_FILE_ENV} environment variable, or key=LedgerKey.from_file"
+            "(path)); without it the ledger cannot be verified or written"
+        )
+    if stored is None:
+        raise LedgerCorruptError(
+            f"a ledger key (id {key.key_id}) was given, but ledger {name!r} is not keyed: "
+            "either it was made without a key (open it without one) or someone rewrote "
+            "its chain without the key. A keyed ledger's chain cannot be stripped of its "
+            "key unseen."
+        )
+    if stored != key.key_id:
+        raise LedgerCorruptError(
+            f"ledger {name!r} is keyed with another key (id {stored}, not {key.key_id}); "
+            "give the key it was made with"
         )

@@ -74,6 +74,7 @@ from dpaccount.errors import (
     StorageError,
     missing_extra,
 )
+from dpaccount.keys import LedgerKey
 from dpaccount.records import (
     GENESIS_HASH,
     SCHEMA_VERSION,
@@ -86,6 +87,7 @@ from dpaccount.records import (
 from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
+    check_key,
     check_meta_history,
     check_not_behind,
     check_records,
@@ -97,6 +99,7 @@ from dpaccount.storage._sql import (
     parse_meta,
     renumberable,
     tip_of,
+    within_limits,
 )
 from dpaccount.storage.base import AppendResult
 
@@ -322,6 +325,10 @@ class PostgresStore:
             ``"group"`` (asynchronous commit, then a shared synchronous barrier) or
             ``"sync"`` (a synchronous commit under the row lock). See the module
             docstring.
+        key: The ledger's `LedgerKey` if it is keyed (its chain is then an HMAC chain
+            under the key); a new ledger made with a key is keyed for good. A keyed
+            ledger's `append_within()` decides in this process under the row lock, since
+            the server never sees the key.
 
     Raises:
         ImportError: psycopg is not installed (``pip install "dpaccount[postgres]"``).
@@ -338,6 +345,7 @@ class PostgresStore:
         lock_timeout: float = 30.0,
         locking: Locking = "conditional",
         commit: Commit = "group",
+        key: LedgerKey | None = None,
     ) -> None:
         try:
             import psycopg
@@ -359,6 +367,7 @@ class PostgresStore:
         self.locking: Locking = locking
         self.commit: Commit = commit
         self.lock_timeout = float(lock_timeout)
+        self._key = key
         self._conninfo = conninfo
         self._s = f'"{schema}"'
         # Prepared once per connection (see _prepare), run from one multi-statement
@@ -443,7 +452,7 @@ class PostgresStore:
         """Create the ledger if it is new, verify it, and return its stored metadata."""
         if meta.name != self.name:
             raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
-        meta_json = meta.model_dump_json()
+        meta_json = self._keyed(meta).model_dump_json()
         s = self._s
 
         def create(cur: Any) -> None:
@@ -456,6 +465,7 @@ class PostgresStore:
                 self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
 
         self._write(create)
+        self._check_key()
         self.check_functions()
         self.verify()
         row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
@@ -511,6 +521,9 @@ class PostgresStore:
         if prefetch is not None and prefetch[0] == start:
             return prefetch[1]
 
+        if start == 0:
+            self._check_key()
+
         def get(conn: Any) -> list[LedgerRecord]:
             prev, rows = self._rows_since(conn, start)
             seen = self._seen
@@ -520,7 +533,7 @@ class PostgresStore:
                     "ledger's chain changed (a server crash lost an asynchronous commit?); "
                     "reopen the ledger", seq=start - 1,
                 )
-            records = check_records(rows, start, prev)
+            records = check_records(rows, start, prev, self._key)
             self._seen = (start + len(records), rows[-1][3] if rows else prev)
             self._advance_tip_cache(start, prev, records, rows[-1][3] if rows else prev)
             return records
@@ -588,6 +601,9 @@ class PostgresStore:
                 the connection broke during commit, the outcome is unknown and the
                 charge is refused anyway).
         """
+        if self._key is not None:
+            return self._append_within_here(known_head, record, epsilon_limit, delta_limit,
+                                            delta_below)
         prefix, suffix = renumberable(record, known_head)
         seen = self._seen
         params = {
@@ -664,6 +680,35 @@ class PostgresStore:
                 fails validation.
             StorageError: Lock timeout or a database error; nothing was written.
         """
+        return self._append_locked_decided(known_head, record, lambda _tip, missed: decide(missed))
+
+    def _append_within_here(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        epsilon_limit: Fraction | None,
+        delta_limit: Fraction,
+        delta_below: Fraction | None,
+    ) -> AppendResult:
+        """`append_within()` decided in this process under the ledger row's lock (for a
+        keyed ledger, whose links only this side can compute)."""
+        cost = record.cost
+        return self._append_locked_decided(
+            known_head, record,
+            lambda tip, _missed: within_limits(
+                tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
+                epsilon_limit, delta_limit, delta_below,
+            ),
+        )
+
+    def _append_locked_decided(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        decide: Callable[[LedgerTip, Sequence[LedgerRecord]], bool],
+    ) -> AppendResult:
+        """Under the ledger row's lock: read the records missed since ``known_head``,
+        ask ``decide(tip, missed)``, and store ``record`` at the head found if it agrees."""
         prefix, suffix = renumberable(record, known_head)
 
         def insert(cur: Any) -> tuple[bool, LedgerTip, list[LedgerRecord]]:
@@ -674,8 +719,9 @@ class PostgresStore:
             missed: list[LedgerRecord] = []
             if tip.head > known_head:
                 prev, rows = self._rows_since(cur, known_head)
-                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash)
-            if not decide(missed):
+                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash,
+                                        self._key)
+            if not decide(tip, missed):
                 return False, tip, missed
             numbered = attrs.evolve(record, seq=tip.head)
             return True, self._store_at(cur, tip, numbered, f"{prefix}{tip.head}{suffix}"), missed
@@ -687,7 +733,9 @@ class PostgresStore:
             if self.commit == "group":
                 self._barrier(tip.last_hash, tip.head - 1)
             self._tip_cache = tip
+            self._seen = (tip.head, tip.last_hash)
             return AppendResult(True, tip.head - 1, tuple(missed))
+        self._seen = (tip.head, tip.last_hash)
         return AppendResult(False, tip.head, tuple(missed))
 
     def find(self, query_id: str) -> LedgerRecord | None:
@@ -699,7 +747,7 @@ class PostgresStore:
         )
         if row is None:
             return None
-        return check_records([tuple(row)], row[0], row[2])[0]
+        return check_records([tuple(row)], row[0], row[2], self._key)[0]
 
     def close(self) -> None:
         """Close the connection."""
@@ -707,6 +755,11 @@ class PostgresStore:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+    @property
+    def key(self) -> LedgerKey | None:
+        """The key of this keyed ledger (None: a SHA-256 chain)."""
+        return self._key
 
     # -- beyond the interface -----------------------------------------------------------
 
@@ -731,6 +784,7 @@ class PostgresStore:
             StorageError: The ledger does not exist.
         """
         s = self._s
+        self._check_key()
 
         def check(cur: Any) -> LedgerTip:
             cached = self._tip_row(cur)
@@ -741,7 +795,7 @@ class PostgresStore:
                 (self.name,),
             )
             rows: list[RecordRow] = cur.fetchall()
-            records = check_records(rows, 0, GENESIS_HASH)
+            records = check_records(rows, 0, GENESIS_HASH, self._key)
             check_tip(tip_of(records, rows[-1][3] if rows else GENESIS_HASH), cached)
             cur.execute(
                 f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
@@ -750,7 +804,7 @@ class PostgresStore:
             )
             history = cur.fetchall()
             cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
-            check_meta_history(history, cur.fetchone()[0])
+            check_meta_history(history, cur.fetchone()[0], self._key)
             return cached
 
         tip = self._read(check, repeatable=True)
@@ -766,6 +820,7 @@ class PostgresStore:
         if meta.name != self.name:
             raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
         self.verify()
+        meta = self._keyed(meta)
         meta_json = meta.model_dump_json()
         s = self._s
 
@@ -909,7 +964,7 @@ class PostgresStore:
                   ) -> LedgerTip:
         """Insert ``record`` (numbered ``tip.head``) and advance the ledger row; the new
         tip (in the caller's transaction, with the row locked)."""
-        record_hash = chain_hash_payload(tip.last_hash, payload)
+        record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
         new = tip.after(record, record_hash)
         self._insert_record(cur, record, payload, tip.last_hash, record_hash)
         cur.execute(
@@ -919,6 +974,14 @@ class PostgresStore:
              self.name),
         )
         return new
+
+    def _keyed(self, meta: LedgerMeta) -> LedgerMeta:
+        """``meta`` naming this store's key (or none)."""
+        return meta.model_copy(update={"key_id": None if self._key is None else self._key.key_id})
+
+    def _check_key(self) -> None:
+        row = self._fetchone(f"SELECT meta FROM {self._s}.ledgers WHERE name = %s", (self.name,))
+        check_key(None if row is None else str(row[0]), self._key, self.name)
 
     def _migrated(self) -> StorageError:
         return StorageError(
@@ -990,11 +1053,11 @@ class PostgresStore:
         if tip is None or tip.head != start or tip.last_hash != prev or not records:
             return
         for record in records[:-1]:
-            tip = tip.after(record, chain_hash(tip.last_hash, record))
+            tip = tip.after(record, chain_hash(tip.last_hash, record, self._key))
         self._tip_cache = tip.after(records[-1], last_hash)
 
     def _append_conditional(self, tip: LedgerTip, record: LedgerRecord, payload: str) -> None:
-        record_hash = chain_hash_payload(tip.last_hash, payload)
+        record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
         new = tip.after(record, record_hash)
         params = {
             "name": self.name, "seq": tip.head, "prev": tip.last_hash, "head": new.head,
@@ -1007,7 +1070,7 @@ class PostgresStore:
         if appended:
             tip, rows = new, rows[1:]  # our own record comes first
         try:
-            records = check_records(rows, tip.head, tip.last_hash)
+            records = check_records(rows, tip.head, tip.last_hash, self._key)
         except LedgerCorruptError:
             records = []  # the next read() finds and reports it
         self._tip_cache = tip
@@ -1186,7 +1249,7 @@ class PostgresStore:
         cur.execute(
             f"INSERT INTO {self._s}.meta_history VALUES (%s, %s, %s, %s, %s, %s, %s)",
             (self.name, version, at, head, meta_json, prev,
-             meta_hash(prev, version, at, head, meta_json)),
+             meta_hash(prev, version, at, head, meta_json, self._key)),
         )
 
     def missing_protections(self) -> list[str]:

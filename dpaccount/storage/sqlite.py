@@ -46,6 +46,7 @@ from fractions import Fraction
 from typing import TypeVar
 
 from dpaccount.errors import LedgerConflictError, LedgerCorruptError, StorageError
+from dpaccount.keys import LedgerKey
 from dpaccount.records import (
     GENESIS_HASH,
     SCHEMA_VERSION,
@@ -58,6 +59,7 @@ from dpaccount.storage._sql import (
     TABLES_VERSION,
     LedgerTip,
     RecordRow,
+    check_key,
     check_meta_history,
     check_not_behind,
     check_records,
@@ -180,6 +182,8 @@ class SQLiteStore:
         create: Create the file if it is missing; with ``False`` a missing file is a
             `StorageError` naming the path, and nothing is
             created (for readers: ``dpaccount ledger show`` of a mistyped path).
+        key: The ledger's `LedgerKey` if it is keyed (its chain is then an HMAC chain
+            under the key); a new ledger made with a key is keyed for good.
 
     Raises:
         StorageError: The file cannot be opened as a dpaccount ledger database.
@@ -192,12 +196,14 @@ class SQLiteStore:
         *,
         lock_timeout: float = 30.0,
         create: bool = True,
+        key: LedgerKey | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
         self.path = os.fspath(path)
         self.name = name
         self.lock_timeout = float(lock_timeout)
+        self._key = key
         self._lock = threading.RLock()
         self._identity: tuple[int, int] | None = None
         #: The stored settings when this store initialized the ledger; a write finding
@@ -265,11 +271,12 @@ class SQLiteStore:
         """
         if meta.name != self.name:
             raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
-        meta_json = meta.model_dump_json()
+        meta_json = self._keyed(meta).model_dump_json()
 
         def create(cur: sqlite3.Cursor) -> None:
-            row = cur.execute("SELECT 1 FROM ledgers WHERE name = ?", (self.name,)).fetchone()
+            row = cur.execute("SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone()
             if row is not None:
+                check_key(str(row[0]), self._key, self.name)
                 return
             cur.execute(
                 "INSERT INTO ledgers VALUES (?, ?, ?, 0, '0/1', '0/1', ?)",
@@ -304,8 +311,10 @@ class SQLiteStore:
         start = max(int(start), 0)
 
         def get(cur: sqlite3.Cursor) -> list[LedgerRecord]:
+            if start == 0:
+                self._check_key(cur)
             prev, rows = self._rows_since(cur, start)
-            return check_records(rows, start, prev)
+            return check_records(rows, start, prev, self._key)
 
         return self._read(get)
 
@@ -333,7 +342,7 @@ class SQLiteStore:
                 raise LedgerConflictError(
                     f"expected {expected_head} records, found {tip.head}"
                 )
-            record_hash = chain_hash_payload(tip.last_hash, payload)
+            record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
             new = tip.after(record, record_hash)
             try:
                 cur.execute(
@@ -395,7 +404,7 @@ class SQLiteStore:
 
         appended, tip, prev, rows = self._write(insert)
         # Decoded after the commit, so the lock is held only for the arithmetic.
-        missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash)
+        missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash, self._key)
         return AppendResult(appended, tip.head, tuple(missed))
 
     def append_decided(
@@ -424,7 +433,8 @@ class SQLiteStore:
             missed: list[LedgerRecord] = []
             if tip.head > known_head:
                 prev, rows = self._rows_since(cur, known_head)
-                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash)
+                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash,
+                                        self._key)
             if not decide(missed):
                 return False, tip.head, missed
             self._store_at_head(cur, tip, record, prefix, suffix)
@@ -456,7 +466,7 @@ class SQLiteStore:
         """Insert ``record`` numbered with the tip's head and advance the tip (in the
         caller's write transaction)."""
         payload = f"{prefix}{tip.head}{suffix}"
-        record_hash = chain_hash_payload(tip.last_hash, payload)
+        record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
         new = tip.after(record, record_hash)
         try:
             cur.execute(
@@ -484,7 +494,7 @@ class SQLiteStore:
             ).fetchone()
             if row is None:
                 return None
-            return check_records([row], row[0], row[2])[0]
+            return check_records([row], row[0], row[2], self._key)[0]
 
         return self._read(get)
 
@@ -492,6 +502,11 @@ class SQLiteStore:
         """Close the database connection."""
         with self._lock:
             self._conn.close()
+
+    @property
+    def key(self) -> LedgerKey | None:
+        """The key of this keyed ledger (None: a SHA-256 chain)."""
+        return self._key
 
     # -- beyond the interface: audit and migration --------------------------------------
 
@@ -526,11 +541,12 @@ class SQLiteStore:
             cached = self._tip(cur)
             if cached is None:
                 raise StorageError(f"there is no ledger named {self.name!r} in {self.path!r}")
+            self._check_key(cur)
             rows: list[RecordRow] = cur.execute(
                 f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? ORDER BY seq",
                 (self.name,),
             ).fetchall()
-            records = check_records(rows, 0, GENESIS_HASH)
+            records = check_records(rows, 0, GENESIS_HASH, self._key)
             actual = tip_of(records, rows[-1][3] if rows else GENESIS_HASH)
             check_tip(actual, cached)
             meta_rows = cur.execute(
@@ -541,7 +557,7 @@ class SQLiteStore:
             current = cur.execute(
                 "SELECT meta FROM ledgers WHERE name = ?", (self.name,)
             ).fetchone()[0]
-            check_meta_history(meta_rows, current)
+            check_meta_history(meta_rows, current, self._key)
             return cached
 
         return self._read(check)
@@ -560,6 +576,7 @@ class SQLiteStore:
         if meta.name != self.name:
             raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
         self.verify()
+        meta = self._keyed(meta)
         meta_json = meta.model_dump_json()
 
         def change(cur: sqlite3.Cursor) -> bool:
@@ -650,6 +667,14 @@ class SQLiteStore:
             parse_frac(row[3], "delta_sum"),
         )
 
+    def _keyed(self, meta: LedgerMeta) -> LedgerMeta:
+        """``meta`` naming this store's key (or none)."""
+        return meta.model_copy(update={"key_id": None if self._key is None else self._key.key_id})
+
+    def _check_key(self, cur: sqlite3.Cursor) -> None:
+        row = cur.execute("SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone()
+        check_key(None if row is None else str(row[0]), self._key, self.name)
+
     def _check_settings(self) -> None:
         """Fail closed if another process migrated the settings since this store opened
         the ledger (call after `_tip()` in a write transaction)."""
@@ -677,7 +702,7 @@ class SQLiteStore:
         cur.execute(
             "INSERT INTO meta_history VALUES (?, ?, ?, ?, ?, ?, ?)",
             (self.name, version, at, head, meta_json, prev,
-             meta_hash(prev, version, at, head, meta_json)),
+             meta_hash(prev, version, at, head, meta_json, self._key)),
         )
 
     def _retry(self, action: Callable[[], T]) -> T:

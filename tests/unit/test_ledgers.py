@@ -64,7 +64,7 @@ def test_postgres_url_options_are_stripped(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(pg, "PostgresStore", Fake)
     open_store("postgres://u@h:5/db?schema=s1&lock_timeout=3&sslmode=disable", name="L")
     assert seen == {"conninfo": "postgresql://u@h:5/db?sslmode=disable", "name": "L",
-                    "schema": "s1", "lock_timeout": 3.0, "commit": "group"}
+                    "schema": "s1", "lock_timeout": 3.0, "commit": "group", "key": None}
     open_store("postgres://u@h:5/db?commit=sync", name="L")
     assert seen["commit"] == "sync" and seen["conninfo"] == "postgresql://u@h:5/db"
 
