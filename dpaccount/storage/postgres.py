@@ -115,6 +115,9 @@ _SERIALIZATION_RETRIES = 50
 #: ours) answer head() and read() for this long (seconds); later calls ask the database.
 _PREFETCH_SECONDS = 0.05
 _RECORD_COLUMNS = "seq, payload, prev_hash, hash, query_id"
+#: How long a connection behind a pooler may wait for its own server session (seconds)
+#: before the pooler is taken to hand out sessions per transaction.
+_POOLER_PROBE_SECONDS = 2.0
 
 
 def _schema_sql(schema: str) -> list[str]:
@@ -891,14 +894,74 @@ class PostgresStore:
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = self._pg.connect(self._conninfo, autocommit=True)
-            ms = max(int(self.lock_timeout * 1000), 1)
-            self._conn.execute(f"SET lock_timeout = {ms}")
-            # A charge must be flushed before append() returns: never run with the
-            # server's synchronous_commit = off (stricter settings are kept).
-            if self._conn.execute("SHOW synchronous_commit").fetchone()[0] == "off":
-                self._conn.execute("SET synchronous_commit = on")
+            conn = self._pg.connect(self._conninfo, autocommit=True)
+            try:
+                pid, sync = conn.execute(
+                    "SELECT pg_backend_pid(), current_setting('synchronous_commit')"
+                ).fetchone()
+                if pid != conn.info.backend_pid:  # a pooler answered the connection
+                    self._refuse_transaction_pooling(conn)
+                ms = max(int(self.lock_timeout * 1000), 1)
+                conn.execute(f"SET lock_timeout = {ms}")
+                # A charge must be flushed before append() returns: never run with the
+                # server's synchronous_commit = off (stricter settings are kept).
+                if sync == "off":
+                    conn.execute("SET synchronous_commit = on")
+            except BaseException:
+                conn.close()
+                raise
+            self._conn = conn
         return self._conn
+
+    def _refuse_transaction_pooling(self, conn: Any) -> None:
+        """Refuse a pooler that does not give this connection one server session.
+
+        Behind PgBouncer (or a similar pooler) the backend key the client was sent is
+        not the server process's id. In session mode the connection keeps its server
+        process for its whole life, which the store needs (session settings, prepared
+        statements, a session advisory lock while creating the schema). To tell: a
+        second connection opens a transaction, which pins the server process that
+        ``conn`` just released if the pooler hands processes out per transaction; then
+        ``conn`` asks for its process id. The same id as before means a session of its
+        own. Another id, or waiting until the second transaction ends, means
+        transaction (or statement) pooling.
+
+        Raises:
+            ConfigError: The pooler hands out server processes per transaction or
+                statement.
+        """
+        first = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        result: list[Any] = []
+        probe = self._pg.connect(self._conninfo, autocommit=True)
+        try:
+            try:
+                probe.execute("BEGIN")
+                probe.execute("SELECT pg_backend_pid()")
+            except self._pg.Error:
+                result.append("statement")  # a multi-statement transaction is refused
+            else:
+                asker = threading.Thread(
+                    target=lambda: result.append(
+                        conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+                    ),
+                    daemon=True,
+                )
+                asker.start()
+                asker.join(_POOLER_PROBE_SECONDS)
+                if asker.is_alive():
+                    result.append("waited for the other transaction")
+                probe.execute("COMMIT")
+                asker.join()
+        finally:
+            probe.close()
+        if result != [first]:
+            raise ConfigError(
+                f"ledger {self.name!r}: the connection goes through a pooler (PgBouncer?) "
+                "that hands out server sessions per transaction or statement; a ledger "
+                "needs one server session per connection. Use the pooler's session mode "
+                "(pool_mode = session) for the ledger's database, or connect to "
+                "PostgreSQL directly"
+            )
 
     def _call(self, body: Callable[[Any], T]) -> T:
         """Run ``body(connection)``, mapping database errors to the error tree."""
