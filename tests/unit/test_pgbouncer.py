@@ -8,6 +8,7 @@ server. Without the binary the tests skip; ``DPACCOUNT_REQUIRE_PGBOUNCER=1`` (se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -84,10 +85,8 @@ def bouncer() -> Iterator[Callable[[str, int], str]]:
 
     yield start
     for pidfile in started:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             os.kill(int(pidfile.read_text()), 15)
-        except (OSError, ValueError):
-            pass
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
