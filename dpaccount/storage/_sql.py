@@ -20,7 +20,7 @@ Nothing here knows about differential privacy; the checks are about integrity on
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from fractions import Fraction
 
@@ -40,8 +40,10 @@ from dpaccount.records import (
 )
 
 __all__ = [
+    "SUM_BITS",
     "LedgerTip",
     "RecordRow",
+    "bounded_sum",
     "check_key",
     "check_not_behind",
     "check_records",
@@ -105,13 +107,42 @@ class LedgerTip:
     delta_sum: Fraction
 
     def after(self, record: LedgerRecord, record_hash: str) -> LedgerTip:
-        """The tip once ``record`` (hashing to ``record_hash``) is appended."""
+        """The tip once ``record`` (hashing to ``record_hash``) is appended (its sums
+        kept within `SUM_BITS` by `bounded_sum`)."""
         return LedgerTip(
             self.head + 1,
             record_hash,
-            self.epsilon_sum + record.cost.epsilon,
-            self.delta_sum + record.cost.delta,
+            bounded_sum(self.epsilon_sum + record.cost.epsilon),
+            bounded_sum(self.delta_sum + record.cost.delta),
         )
+
+
+#: A cached running sum whose reduced denominator needs more bits than this is rounded
+#: up to a multiple of 2**-SUM_BITS. Sums of floats (denominators up to 2**1074) and of
+#: decimals within the cost bounds (down to 10**-1233) never reach it, so they stay
+#: exact; pairwise coprime denominators (1/(10**100 + k), ...) would otherwise grow
+#: without bound and make every charge slower.
+SUM_BITS = 4096
+_SUM_SCALE = 1 << SUM_BITS
+
+
+def bounded_sum(value: Fraction) -> Fraction:
+    """``value`` if its denominator fits in `SUM_BITS` bits, else rounded **up** to the
+    next multiple of ``2**-SUM_BITS`` (never below: a cached sum never under-counts).
+    PostgreSQL's append function does the same in ``numeric``.
+
+    Examples:
+        >>> bounded_sum(Fraction(1, 3))
+        Fraction(1, 3)
+        >>> big = Fraction(1, 3**3000)
+        >>> 0 < bounded_sum(big) - big < Fraction(1, 2**4096)
+        True
+        >>> bounded_sum(big).denominator == 2**4096
+        True
+    """
+    if value.denominator.bit_length() <= SUM_BITS:
+        return value
+    return Fraction(-((-value.numerator * _SUM_SCALE) // value.denominator), _SUM_SCALE)
 
 
 EMPTY_TIP = LedgerTip(0, GENESIS_HASH, Fraction(0), Fraction(0))
@@ -256,17 +287,34 @@ def check_records(
 
 
 def tip_of(records: Iterable[LedgerRecord], last_hash: str) -> LedgerTip:
-    """The tip a full list of records gives (sums computed exactly)."""
-    head, eps, delta = 0, Fraction(0), Fraction(0)
+    """The tip a full list of records gives (sums added in order, as the cache adds
+    them: exact, or rounded up by `bounded_sum` where they would explode)."""
+    tip = EMPTY_TIP
     for record in records:
-        head += 1
-        eps += record.cost.epsilon
-        delta += record.cost.delta
-    return LedgerTip(head, last_hash, eps, delta)
+        tip = tip.after(record, last_hash)
+    return LedgerTip(tip.head, last_hash, tip.epsilon_sum, tip.delta_sum)
 
 
-def check_tip(actual: LedgerTip, cached: LedgerTip) -> None:
+def _sum_agrees(cached: Fraction, rounded: Fraction, exact: Callable[[], Fraction],
+                head: int) -> bool:
+    """Whether a cached sum is what the records give: equal to their running sum, or
+    (a cache written before sums were bounded, then extended) at least their exact sum
+    and within the rounding of ``head`` additions above the running sum."""
+    if cached == rounded:
+        return True
+    if not cached <= rounded + Fraction(head, _SUM_SCALE):
+        return False
+    return cached >= exact()
+
+
+def check_tip(actual: LedgerTip, cached: LedgerTip, records: Sequence[LedgerRecord]) -> None:
     """Compare the tip the records give with the cached one.
+
+    Args:
+        actual: `tip_of` the records.
+        cached: The ledger row's tip.
+        records: The records themselves, to compare a cached sum that is not their
+            running sum with their exact sum (ledgers cached before sums were bounded).
 
     Raises:
         LedgerCorruptError: The records were truncated, or the cache was edited; the
@@ -284,7 +332,14 @@ def check_tip(actual: LedgerTip, cached: LedgerTip) -> None:
             f"records but {actual.head} are stored",
             seq=cached.head,
         )
-    if actual != cached:
+    agrees = actual.last_hash == cached.last_hash and _sum_agrees(
+        cached.epsilon_sum, actual.epsilon_sum,
+        lambda: sum((r.cost.epsilon for r in records), Fraction(0)), actual.head,
+    ) and _sum_agrees(
+        cached.delta_sum, actual.delta_sum,
+        lambda: sum((r.cost.delta for r in records), Fraction(0)), actual.head,
+    )
+    if not agrees:
         raise LedgerCorruptError(
             "the ledger's cached totals or last hash do not equal what its "
             f"{actual.head} records give (cached {cached}, records give {actual})",

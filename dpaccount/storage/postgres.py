@@ -85,6 +85,7 @@ from dpaccount.records import (
     chain_hash_payload,
 )
 from dpaccount.storage._sql import (
+    SUM_BITS,
     LedgerTip,
     RecordRow,
     check_key,
@@ -198,7 +199,7 @@ _TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
 
 #: The server-side function behind `PostgresStore.append_within()` (its signature;
 #: the name carries a version so a changed body gets a new function).
-_WITHIN_FUNCTION = "dpaccount_append_within_v2"
+_WITHIN_FUNCTION = "dpaccount_append_within_v3"
 _WITHIN_SIGNATURE = f"{_WITHIN_FUNCTION}(text, bigint, text, text, text, text, text, text, " \
     "text, text, text, text)"
 
@@ -228,6 +229,8 @@ def _append_within_sql(s: str) -> str:
     Under the ledger row's lock it adds the cost to the cached exact sums
     (``a/b + c/d = (ad + cb)/(bd)``, reduced by their gcd, as Python's Fraction does),
     compares them with the limits by cross-multiplication, and if they fit stores the
+    sums (rounded up as `bounded_sum` rounds them where their denominators exceed
+    ``2**SUM_BITS``) and the
     payload numbered with the head and hashed like ``chain_hash_payload``. It returns
     the records from ``known - 1`` (the anchor of the chain) to the head it found when
     the caller missed any (else none), then one status row: (head, NULL, the last hash
@@ -244,7 +247,8 @@ RETURNS TABLE (r_seq bigint, r_payload text, r_prev text, r_hash text, r_qid tex
 LANGUAGE plpgsql AS $fn$
 DECLARE
     v_head bigint; v_last text; v_eps text; v_delta text;
-    en numeric; ed numeric; dn numeric; dd numeric; g numeric;
+    en numeric; ed numeric; dn numeric; dd numeric; g numeric; v_scale numeric;
+    ren numeric; red numeric; rdn numeric; rdd numeric;
     v_ok boolean; v_payload text; v_hash text; v_anchor text; v_meta text;
 BEGIN
     SELECT l.head, l.last_hash, l.epsilon_sum, l.delta_sum, l.meta
@@ -284,6 +288,21 @@ BEGIN
         + split_part(p_delta, '/', 1)::numeric * split_part(v_delta, '/', 2)::numeric;
     dd := split_part(v_delta, '/', 2)::numeric * split_part(p_delta, '/', 2)::numeric;
     g := gcd(dn, dd); dn := div(dn, g); dd := div(dd, g);
+    -- Stored sums keep denominators below 2^{SUM_BITS}: bigger ones are rounded up to a
+    -- multiple of 2^-{SUM_BITS} (as _sql.bounded_sum does); limits see the exact sums.
+    v_scale := trunc(2::numeric ^ {SUM_BITS});
+    IF ed >= v_scale THEN
+        ren := div(en * v_scale + ed - 1, ed); red := v_scale;
+        g := gcd(ren, red); ren := div(ren, g); red := div(red, g);
+    ELSE
+        ren := en; red := ed;
+    END IF;
+    IF dd >= v_scale THEN
+        rdn := div(dn * v_scale + dd - 1, dd); rdd := v_scale;
+        g := gcd(rdn, rdd); rdn := div(rdn, g); rdd := div(rdd, g);
+    ELSE
+        rdn := dn; rdd := dd;
+    END IF;
     v_ok := (p_eps_limit IS NULL
              OR en * split_part(p_eps_limit, '/', 2)::numeric
                 <= split_part(p_eps_limit, '/', 1)::numeric * ed)
@@ -307,7 +326,7 @@ BEGIN
     v_hash := encode(sha256(convert_to(v_last || E'\\n' || v_payload, 'UTF8')), 'hex');
     INSERT INTO {s}.records VALUES (p_name, v_head, v_payload, v_last, v_hash, p_qid);
     UPDATE {s}.ledgers SET head = v_head + 1, last_hash = v_hash,
-        epsilon_sum = en::text || '/' || ed::text, delta_sum = dn::text || '/' || dd::text
+        epsilon_sum = ren::text || '/' || red::text, delta_sum = rdn::text || '/' || rdd::text
         WHERE name = p_name;
     r_seq := v_head; r_prev := v_last; r_hash := v_hash; r_status := 'appended';
     RETURN NEXT;
@@ -799,7 +818,7 @@ class PostgresStore:
             )
             rows: list[RecordRow] = cur.fetchall()
             records = check_records(rows, 0, GENESIS_HASH, self._key)
-            check_tip(tip_of(records, rows[-1][3] if rows else GENESIS_HASH), cached)
+            check_tip(tip_of(records, rows[-1][3] if rows else GENESIS_HASH), cached, records)
             cur.execute(
                 f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
                 "WHERE ledger = %s ORDER BY version",

@@ -548,7 +548,7 @@ class SQLiteStore:
             ).fetchall()
             records = check_records(rows, 0, GENESIS_HASH, self._key)
             actual = tip_of(records, rows[-1][3] if rows else GENESIS_HASH)
-            check_tip(actual, cached)
+            check_tip(actual, cached, records)
             meta_rows = cur.execute(
                 "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
                 "WHERE ledger = ? ORDER BY version",

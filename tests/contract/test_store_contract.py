@@ -600,7 +600,7 @@ class TestPostgresStore(DurableContract):
 
         self.fill(store, 1)
         store.close()
-        self.raw("DROP FUNCTION {s}dpaccount_append_within_v2")  # as an older dpaccount left it
+        self.raw("DROP FUNCTION {s}dpaccount_append_within_v3")  # as an older dpaccount left it
         again = PostgresStore(PG_URL, name="main", schema=self.schema)
         again.initialize(META)
         assert again.append_within(1, rec(1), None, Fraction(0), None).appended

@@ -314,16 +314,16 @@ def test_a_replaced_append_function_is_refused_at_open(pg_url: str) -> None:
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         src = conn.execute(
             "SELECT p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v2'", (schema,)
+            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v3'", (schema,)
         ).fetchone()[0]
         args = conn.execute(
             "SELECT pg_get_function_arguments(p.oid), pg_get_function_result(p.oid) "
             "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v2'", (schema,)
+            "WHERE n.nspname = %s AND p.proname = 'dpaccount_append_within_v3'", (schema,)
         ).fetchone()
         forged = src.replace("DECLARE", "DECLARE\n    v_forged int;", 1)
         conn.execute(
-            f'CREATE OR REPLACE FUNCTION "{schema}".dpaccount_append_within_v2({args[0]}) '
+            f'CREATE OR REPLACE FUNCTION "{schema}".dpaccount_append_within_v3({args[0]}) '
             f"RETURNS {args[1]} LANGUAGE plpgsql AS $fn${forged}$fn$"
         )
     with pytest.raises(LedgerCorruptError, match="replaced"):
