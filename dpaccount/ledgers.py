@@ -162,6 +162,8 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
         path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
         if not path:
             raise ConfigError(f"the sqlite URL {url!r} names no file")
+        if "\x00" in path:
+            raise ConfigError("a sqlite URL's path cannot contain a NUL character (%00)")
         from dpaccount.storage.sqlite import SQLiteStore
 
         return SQLiteStore(path, name=name, lock_timeout=_timeout(options), create=create,
