@@ -20,6 +20,7 @@ Nothing here knows about differential privacy; the checks are about integrity on
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from fractions import Fraction
@@ -53,11 +54,12 @@ __all__ = [
     "missed_records",
     "renumberable",
     "split_at_seq",
+    "sums_follow",
     "within_limits",
 ]
 
 #: Version of the table layout (not of the record format, which records.py owns).
-TABLES_VERSION = 2
+TABLES_VERSION = 3
 
 #: A row of the records table: (seq, payload, prev_hash, hash, query_id).
 RecordRow = tuple[int, str, str, str, "str | None"]
@@ -431,3 +433,44 @@ def check_key(meta_text: str | None, key: LedgerKey | None, name: str) -> None:
             f"ledger {name!r} is keyed with another key (id {stored}, not {key.key_id}); "
             "give the key it was made with"
         )
+
+
+#: The top-level cost in a canonical payload (sorted keys: delta, then epsilon). A quote
+#: inside a JSON string is always escaped, so only the structure matches.
+_COST = re.compile(r'"cost":\{"delta":"(-?[0-9]+(?:/[0-9]+)?)","epsilon":"(-?[0-9]+(?:/[0-9]+)?)"')
+
+
+def _int_pair(text: str) -> tuple[int, int]:
+    num, sep, den = str(text).partition("/")
+    return text_int(num), (text_int(den) if sep else 1)
+
+
+def _adds_up(old: str, cost: str, new: str) -> bool:
+    """Whether ``new == bounded_sum(old + cost)`` for three ``"num/den"`` texts."""
+    on, od = _int_pair(old)
+    cn, cd = _int_pair(cost)
+    nn, nd = _int_pair(new)
+    if nd == 0:
+        return False
+    den = od * cd
+    if den.bit_length() <= SUM_BITS:  # the sum's reduced denominator fits: no rounding
+        return nn * den == (on * cd + cn * od) * nd
+    return bounded_sum(Fraction(on, od) + Fraction(cn, cd)) == Fraction(nn, nd)
+
+
+def sums_follow(old_epsilon: str, old_delta: str, new_epsilon: str, new_delta: str,
+                payload: str | None) -> bool:
+    """Whether a ledger row's new cached sums are its old ones plus the cost of the
+    record stored at the old head (``payload``), kept within `SUM_BITS` as
+    `LedgerTip.after` keeps them. The SQLite trigger that guards the ledger row calls
+    it (registered on every dpaccount connection), so a tip advanced by one record with
+    sums that leave that record's cost out is refused by the database.
+    """
+    match = None if payload is None else _COST.search(payload)
+    if match is None:
+        return False
+    try:
+        return (_adds_up(old_epsilon, match[2], new_epsilon)
+                and _adds_up(old_delta, match[1], new_delta))
+    except (ValueError, TypeError, ZeroDivisionError):
+        return False

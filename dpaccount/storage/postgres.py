@@ -190,12 +190,74 @@ def _schema_sql(schema: str) -> list[str]:
         f"CREATE OR REPLACE TRIGGER ledgers_tip_moves_forward BEFORE UPDATE ON {s}.ledgers "
         f"FOR EACH ROW EXECUTE FUNCTION {s}.{_TIP_FUNCTION}()"
     )
+    # ... and when it moves forward by one record, to that record's hash with that
+    # record's cost added to the sums (checked at commit, when the record is there).
+    statements.append(
+        f"""CREATE OR REPLACE FUNCTION {s}.{_ADD_FUNCTION}(a text, b text) RETURNS text
+        LANGUAGE plpgsql IMMUTABLE AS $$
+        DECLARE
+            an numeric := split_part(a, '/', 1)::numeric;
+            ad numeric := coalesce(nullif(split_part(a, '/', 2), ''), '1')::numeric;
+            bn numeric := split_part(b, '/', 1)::numeric;
+            bd numeric := coalesce(nullif(split_part(b, '/', 2), ''), '1')::numeric;
+            n numeric; d numeric; g numeric;
+            v_scale numeric := trunc(2::numeric ^ {SUM_BITS});
+        BEGIN
+            n := an * bd + bn * ad; d := ad * bd;
+            g := gcd(n, d); n := div(n, g); d := div(d, g);
+            IF d >= v_scale THEN
+                n := div(n * v_scale + d - 1, d); d := v_scale;
+                g := gcd(n, d); n := div(n, g); d := div(d, g);
+            END IF;
+            RETURN n::text || '/' || d::text;
+        END $$"""
+    )
+    statements.append(
+        f"""CREATE OR REPLACE FUNCTION {s}.{_SUMS_FUNCTION}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        DECLARE
+            v_cost text[];
+        BEGIN
+            IF NEW.head = OLD.head THEN
+                RETURN NULL;
+            END IF;
+            -- The canonical payload's top-level cost (sorted keys: delta, then epsilon);
+            -- a quote inside a JSON string is always escaped, so only the structure
+            -- matches. (Parsing the payload as json would fail on an escaped NUL.)
+            SELECT regexp_match(r.payload, '"cost":\\{{"delta":"(-?[0-9]+(?:/[0-9]+)?)",'
+                                           '"epsilon":"(-?[0-9]+(?:/[0-9]+)?)"')
+                INTO v_cost FROM {s}.records r
+                WHERE r.ledger = NEW.name AND r.seq = OLD.head AND r.hash = NEW.last_hash;
+            IF v_cost IS NULL OR NEW.epsilon_sum IS DISTINCT FROM
+                    {s}.{_ADD_FUNCTION}(OLD.epsilon_sum, v_cost[2])
+                OR NEW.delta_sum IS DISTINCT FROM
+                    {s}.{_ADD_FUNCTION}(OLD.delta_sum, v_cost[1]) THEN
+                RAISE EXCEPTION 'dpaccount ledger tips only move forward to a recorded '
+                    'hash, adding that record''s cost';
+            END IF;
+            RETURN NULL;
+        END $$"""
+    )
+    statements.append(  # (constraint triggers have no CREATE OR REPLACE)
+        f"""DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'ledgers_sums_follow_records'
+                       AND tgrelid = '{s}.ledgers'::regclass) THEN
+            CREATE CONSTRAINT TRIGGER ledgers_sums_follow_records AFTER UPDATE
+            ON {s}.ledgers DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+            EXECUTE FUNCTION {s}.{_SUMS_FUNCTION}();
+        END IF;
+        END $$"""
+    )
     statements.append(_append_within_sql(s))
     return statements
 
 
 #: The trigger function that keeps a ledger's cached tip moving forward only.
 _TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
+#: The deferred trigger function that checks a tip moved by one record adds its cost,
+#: and the bounded exact addition of two ``"num/den"`` texts it uses.
+_SUMS_FUNCTION = "dpaccount_sums_follow_records_v1"
+_ADD_FUNCTION = "dpaccount_add_bounded_v1"
 
 #: The server-side function behind `PostgresStore.append_within()` (its signature;
 #: the name carries a version so a changed body gets a new function).
@@ -891,9 +953,9 @@ class PostgresStore:
         def present() -> bool:
             return bool(conn.execute(
                 "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
-                "AND to_regprocedure(%s) IS NOT NULL",
+                "AND to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
                 (f"{self._s}.meta_history", f"{self._s}.{_WITHIN_SIGNATURE}",
-                 f"{self._s}.{_TIP_FUNCTION}()"),
+                 f"{self._s}.{_TIP_FUNCTION}()", f"{self._s}.{_SUMS_FUNCTION}()"),
             ).fetchone()[0])
 
         if present():
@@ -1337,7 +1399,8 @@ class PostgresStore:
     def missing_protections(self) -> list[str]:
         """The protective triggers that are missing or disabled (dropped or switched off)."""
         expected = {"records_append_only", "records_no_truncate", "meta_history_append_only",
-                    "meta_history_no_truncate", "ledgers_keep", "ledgers_tip_moves_forward"}
+                    "meta_history_no_truncate", "ledgers_keep", "ledgers_tip_moves_forward",
+                    "ledgers_sums_follow_records"}
 
         def get(conn: Any) -> list[str]:
             rows = conn.execute(

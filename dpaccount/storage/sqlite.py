@@ -70,6 +70,7 @@ from dpaccount.storage._sql import (
     parse_frac,
     parse_meta,
     renumberable,
+    sums_follow,
     tip_of,
     within_limits,
 )
@@ -148,10 +149,18 @@ _SCHEMA = (
           OR NEW.delta_sum IS NOT OLD.delta_sum OR NEW.last_hash IS NOT OLD.last_hash))
       OR (NEW.head = OLD.head + 1 AND (SELECT hash FROM records
           WHERE ledger = NEW.name AND seq = OLD.head) IS NOT NEW.last_hash)
-    BEGIN SELECT RAISE(ABORT, 'dpaccount ledger tips only move forward to a recorded hash');
+    OR (NEW.head = OLD.head + 1 AND dpaccount_sums_follow(OLD.epsilon_sum, OLD.delta_sum,
+          NEW.epsilon_sum, NEW.delta_sum, (SELECT payload FROM records
+          WHERE ledger = NEW.name AND seq = OLD.head)) IS NOT 1)
+    BEGIN SELECT RAISE(ABORT, 'dpaccount ledger tips only move forward to a recorded hash,
+        adding that record''s cost');
     END
     """,
 )
+
+#: Statements run when a file made by an earlier dpaccount is opened (tables version 2:
+#: the tip trigger did not check that the sums add the new record's cost).
+_UPGRADE = ("DROP TRIGGER IF EXISTS ledgers_tip_moves_forward",)
 
 _RECORD_COLUMNS = "seq, payload, prev_hash, hash, query_id"
 
@@ -221,6 +230,9 @@ class SQLiteStore:
             )
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the SQLite ledger {self.path!r}: {exc}") from exc
+        # The tip trigger checks the new sums with it (a connection without it, such as
+        # the sqlite3 shell, cannot move a ledger's tip at all).
+        self._conn.create_function("dpaccount_sums_follow", 5, sums_follow, deterministic=True)
         if self.path != ":memory:":
             self._identity = self._file_identity()
         self._retry(self._setup)
@@ -643,7 +655,7 @@ class SQLiteStore:
         if version < TABLES_VERSION:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for statement in _SCHEMA:
+                for statement in (_UPGRADE if version >= 2 else ()) + _SCHEMA:
                     conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {TABLES_VERSION}")
                 conn.execute("COMMIT")

@@ -35,6 +35,7 @@ from dpaccount.errors import (
 )
 from dpaccount.ledgers import open_ledger
 from dpaccount.records import LedgerMeta, LedgerRecord, canonical_bytes, chain_hash_payload
+from dpaccount.storage._sql import sums_follow
 from dpaccount.storage.base import Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 from dpaccount.storage.sqlite import SQLiteStore
@@ -187,7 +188,7 @@ class DurableContract(StoreContract):
 
     durable = True
 
-    def raw(self, sql: str) -> None:  # pragma: no cover - overridden
+    def raw(self, sql: str, params: tuple[Any, ...] = ()) -> None:  # pragma: no cover
         raise NotImplementedError
 
     def unprotect(self) -> None:  # pragma: no cover - overridden
@@ -275,6 +276,24 @@ class DurableContract(StoreContract):
             self.raw(tamper)
         assert store.head() == 3
         store.verify()  # type: ignore[attr-defined]
+
+    def test_a_tip_advanced_without_the_new_records_cost_is_refused(self, store: Store
+                                                                     ) -> None:
+        # With the triggers standing, an attacker could still insert a valid next record
+        # and advance the tip to it while leaving its cost out of the cached sums: a
+        # writer opened earlier would then admit that much more. The database refuses.
+        self.fill(store, 2)
+        prev = self.fetch("SELECT hash FROM {s}records WHERE seq = 1")[0][0]
+        payload = canonical_bytes(rec(2, eps="9/10")).decode()
+        link = chain_hash_payload(prev, payload)
+        self.raw("INSERT INTO {s}records VALUES ('main', 2, ?, ?, ?, NULL)",
+                 (payload, prev, link))
+        with pytest.raises(self.db_error(), match="forward"):
+            self.raw("UPDATE {s}ledgers SET head = 3, last_hash = ?", (link,))
+        total = sum(Fraction(i + 1, 100) for i in range(2)) + Fraction(9, 10)
+        self.raw("UPDATE {s}ledgers SET head = 3, last_hash = ?, epsilon_sum = ?",
+                 (link, f"{total.numerator}/{total.denominator}"))  # with the cost: fine
+        assert store.verify().head == 3  # type: ignore[attr-defined]
 
     def test_meta_edit_without_migration_is_detected(self, store: Store) -> None:
         self.fill(store, 1)
@@ -483,9 +502,12 @@ class TestSQLiteStore(DurableContract):
     def url(self) -> str:
         return f"sqlite:///{self.path}"
 
-    def raw(self, sql: str) -> None:
+    def raw(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        # The attacker is given dpaccount's trigger function (without it the sqlite3
+        # shell cannot move a ledger's tip at all).
         with sqlite3.connect(self.path) as conn:
-            conn.execute(sql.format(s=""))
+            conn.create_function("dpaccount_sums_follow", 5, sums_follow)
+            conn.execute(sql.format(s=""), params)
         conn.close()
 
     def fetch(self, sql: str) -> list[tuple[Any, ...]]:
@@ -554,12 +576,13 @@ class TestPostgresStore(DurableContract):
 
         return psycopg.Error
 
-    def raw(self, sql: str) -> None:
+    def raw(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         import psycopg
         from storage_helpers import PG_URL
 
         with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute(sql.format(s=f'"{self.schema}".'))
+            query = sql.format(s=f'"{self.schema}".')
+            conn.execute(query.replace("?", "%s") if params else query, params or None)
 
     def fetch(self, sql: str) -> list[tuple[Any, ...]]:
         import psycopg

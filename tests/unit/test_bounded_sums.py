@@ -120,3 +120,53 @@ def test_a_cache_from_before_bounding_still_verifies_and_an_under_count_does_not
     set_cache(exact + COPRIME[20] - Fraction(1, 2**5000))  # a hair below: an under-count
     with pytest.raises(LedgerCorruptError, match="cached totals"):
         open_ledger(url, name="S", budget=Budget(1))
+
+
+_FRACTIONS = st.builds(Fraction, st.integers(0, 2**5000), st.integers(1, 2**5000))
+
+
+def _payload(eps: Fraction, delta: Fraction) -> str:
+    return ('{"charge":{},"cost":{"delta":"' + frac_text(delta) + '","epsilon":"'
+            + frac_text(eps) + '","kind":"cost"},"label":"\\"cost\\":{\\"delta\\":\\"0/1\\""}')
+
+
+@given(_FRACTIONS, _FRACTIONS, _FRACTIONS, st.integers(1, 10**6))
+def test_the_sqlite_trigger_check_accepts_exactly_the_bounded_sum(
+    old: Fraction, eps: Fraction, delta: Fraction, nudge: int
+) -> None:
+    from dpaccount.storage._sql import sums_follow
+
+    payload = _payload(eps, delta)
+    eps_sum, delta_sum = bounded_sum(old + eps), bounded_sum(old + delta)
+    assert sums_follow(frac_text(old), frac_text(old), frac_text(eps_sum),
+                       frac_text(delta_sum), payload)
+    off = eps_sum - Fraction(1, nudge * 2**SUM_BITS)  # any other value is refused
+    assert not sums_follow(frac_text(old), frac_text(old), frac_text(off),
+                           frac_text(delta_sum), payload)
+    assert not sums_follow(frac_text(old), frac_text(old), frac_text(old),
+                           frac_text(old), payload) or (eps_sum == old and delta_sum == old)
+
+
+def test_postgres_adds_and_rounds_as_python_does(pg_url: str) -> None:
+    # The PL/pgSQL addition behind the PostgreSQL tip trigger, against bounded_sum, on
+    # values with and without rounding (two independent implementations).
+    import random
+
+    import psycopg
+
+    from dpaccount.ledgers import open_store
+
+    store: Any = open_store(pg_url, name="X")  # creates the schema and its functions
+    store.close()
+    schema = pg_url.split("schema=")[1]
+    rng = random.Random(7)
+    cases = [(Fraction(1, 3), Fraction(1, 6)), (Fraction(0), Fraction(5, 7))]
+    for _ in range(40):
+        bits = rng.choice([8, 200, 3000, 5000])
+        cases.append((Fraction(rng.getrandbits(bits), rng.getrandbits(bits) | 1),
+                      Fraction(rng.getrandbits(bits), rng.getrandbits(bits) | 1)))
+    with psycopg.connect(PG_URL) as conn:
+        for a, b in cases:
+            got = conn.execute(f'SELECT "{schema}".dpaccount_add_bounded_v1(%s, %s)',
+                               (frac_text(a), frac_text(b))).fetchone()[0]
+            assert got == frac_text(bounded_sum(a + b))
