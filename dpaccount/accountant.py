@@ -39,6 +39,7 @@ from dpaccount.errors import (
     InvalidCostError,
     LedgerConflictError,
     LedgerCorruptError,
+    ReadOnlyLedgerError,
 )
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerMeta, LedgerRecord
@@ -214,6 +215,7 @@ class Accountant:
         ):
             self._deciding_store = self._store
         self._lock = threading.RLock()
+        self._read_only = bool(getattr(self._store, "read_only", False))
         stored = self._store.initialize(meta)
         # The store names its key (if any) in the stored settings and refuses another.
         if stored != meta.model_copy(update={"key_id": stored.key_id}):
@@ -390,6 +392,7 @@ class Accountant:
             BudgetExceededError: The total would exceed the budget; nothing changed.
             UnsupportedChargeError: The rule or relation cannot compose this charge.
             InvalidCostError: The charge is not a valid charge.
+            ReadOnlyLedgerError: The ledger was opened read-only; nothing was recorded.
             StorageError: The store failed; nothing was recorded (fail closed).
         """
         charge = self._as_charge(charge)
@@ -397,6 +400,12 @@ class Accountant:
         _revalidate(cost)
         check_text(label, "label")
         check_text(query_id, "query_id")
+        if self._read_only:
+            raise ReadOnlyLedgerError(
+                f"ledger {self._meta.name!r} was opened read-only (for reading and audit); "
+                "nothing was charged and the query must not run. Open it without "
+                "read_only=True to charge it."
+            )
         with self._lock:
             for _attempt in range(_MAX_CONFLICT_RETRIES):
                 if query_id is not None:
@@ -618,6 +627,18 @@ class Accountant:
                 )
             self._state = self._rule.extend(self._state, record.charge)
             self._head += 1
+
+    # -- closing ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store (its database connection); reads and charges then fail."""
+        self._store.close()
+
+    def __enter__(self) -> Accountant:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return (

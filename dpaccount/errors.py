@@ -17,7 +17,8 @@ working for invalid input::
     ├── ConfigError(DPAccountError, ValueError)        invalid configuration (wraps pydantic)
     └── StorageError(DPAccountError)
         ├── LedgerConflictError                        a concurrent writer won; retryable
-        └── LedgerCorruptError                         a record fails validation or the chain breaks
+        ├── LedgerCorruptError                         a record fails validation or the chain breaks
+        └── ReadOnlyLedgerError                        a charge to a ledger opened read-only
 
 Warnings: `DeltaWarning` (a ``UserWarning``) when a budget's delta reaches 1/n for
 a declared dataset size n.
@@ -42,6 +43,7 @@ __all__ = [
     "InvalidCostError",
     "LedgerConflictError",
     "LedgerCorruptError",
+    "ReadOnlyLedgerError",
     "StepRefusedError",
     "StorageError",
     "UnreleasableResultError",
@@ -270,6 +272,10 @@ class StorageError(DPAccountError):
 
 class LedgerConflictError(StorageError):
     """A concurrent writer appended first; the caller may reload and retry."""
+
+
+class ReadOnlyLedgerError(StorageError):
+    """A charge (or another write) to a ledger opened read-only; nothing was written."""
 
 
 class LedgerCorruptError(StorageError):

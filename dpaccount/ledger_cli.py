@@ -19,7 +19,7 @@ from fractions import Fraction
 from typing import Any, TextIO
 
 from dpaccount.charges import describe
-from dpaccount.composition import make_rule
+from dpaccount.composition import rule_from_description
 from dpaccount.costs import PrivacyCost, format_bound, format_number
 from dpaccount.errors import (
     ConfigError,
@@ -113,7 +113,8 @@ def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any
     its settings history)."""
     if str(args.url).lower().startswith("memory:"):
         raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
-    store: Any = open_store(args.url, name=args.name, create=False, key=_key(args))
+    store: Any = open_store(args.url, name=args.name, create=False, key=_key(args),
+                            read_only=True)
     try:
         meta = store.stored_meta()
         if meta is None:
@@ -138,9 +139,8 @@ def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any
 
 def _spent(meta: LedgerMeta, records: Sequence[LedgerRecord]) -> tuple[PrivacyCost, str]:
     """The total under the ledger's rule (or the plain sum if the rule cannot be rebuilt)."""
-    options = {k: v for k, v in meta.rule.items() if k != "name"}
     try:
-        rule = make_rule(str(meta.rule.get("name")), **options)
+        rule = rule_from_description(meta.rule)
         state = rule.start()
         for record in records:
             state = rule.extend(state, record.charge)

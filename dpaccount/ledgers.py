@@ -42,8 +42,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from dpaccount.accountant import Accountant, _as_budget, ledger_settings
 from dpaccount.charges import Relation
-from dpaccount.composition import Rule
-from dpaccount.errors import ConfigError, LedgerCorruptError
+from dpaccount.composition import Rule, rule_from_description
+from dpaccount.errors import ConfigError, LedgerCorruptError, StorageError
 from dpaccount.keys import LedgerKey
 from dpaccount.records import GENESIS_HASH, LedgerMeta, LedgerRecord, chain_hash
 from dpaccount.storage.base import Store
@@ -130,12 +130,13 @@ def _timeout(options: Mapping[str, str]) -> float:
 
 
 def open_store(url: str, *, name: str = "default", create: bool = True,
-               key: LedgerKey | None = None) -> Store:
+               key: LedgerKey | None = None, read_only: bool = False) -> Store:
     """Open the store named by ``url`` for the ledger ``name`` (without an accountant).
 
     With ``create=False`` a SQLite file that does not exist is an error naming the path,
     and nothing is created (for readers and auditors). ``key`` (default: from the
-    environment, see `LedgerKey.from_env`) is the key of a keyed ledger.
+    environment, see `LedgerKey.from_env`) is the key of a keyed ledger. ``read_only``
+    opens a connection that refuses writes (and creates nothing).
 
     Raises:
         ConfigError: An unknown scheme or option.
@@ -167,7 +168,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
         from dpaccount.storage.sqlite import SQLiteStore
 
         return SQLiteStore(path, name=name, lock_timeout=_timeout(options), create=create,
-                           key=key)
+                           key=key, read_only=read_only)
     if scheme in ("postgresql", "postgres"):
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         schema = options.pop("schema", "dpaccount")
@@ -184,6 +185,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
             conninfo, name=name, schema=schema, lock_timeout=timeout,
             commit=commit,  # type: ignore[arg-type]  # checked there: ConfigError
             key=key,
+            read_only=read_only,
         )
     raise ConfigError(
         f"unknown ledger URL scheme {parts.scheme!r} in {redact_url(url)!r}; use one of "
@@ -195,29 +197,37 @@ def open_ledger(
     url: str,
     *,
     name: str = "default",
-    budget: Any,
-    rule: str | Rule[Any] = "basic",
-    relation: Relation | str = Relation.ADD_REMOVE,
+    budget: Any = None,
+    rule: str | Rule[Any] | None = None,
+    relation: Relation | str | None = None,
     plan: Any = None,
     migrate: bool = False,
     rule_options: Mapping[str, Any] | None = None,
     dataset_size: int | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     key: LedgerKey | None = None,
+    create: bool | None = None,
+    read_only: bool = False,
 ) -> Accountant:
     """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
 
-    A new ledger stores its budget, rule and relation. Reopening with other settings is
-    refused with `ConfigError` unless ``migrate=True``, which
-    records the change in the ledger's metadata history (who spent what is kept, and the
-    new rule composes every record again). The whole ledger is verified on open.
+    Without ``budget`` the ledger must exist and its stored budget, rule, relation and
+    dataset size are adopted (every job can open it by name alone). With settings, a new
+    ledger is created with them; reopening with other settings is refused with
+    `ConfigError` unless ``migrate=True``, which records the change in the ledger's
+    metadata history (who spent what is kept, and the new rule composes every record
+    again). The whole ledger is verified on open. The Accountant is a context manager
+    that closes the connection (``with open_ledger(url, name="census") as acct:``).
 
     Args:
         url: ``memory://``, ``sqlite:///path.db`` or ``postgresql://user@host/db``.
         name: The ledger's name (one per dataset; many can share a database).
-        budget: A `Budget`, a number (epsilon) or a tuple.
-        rule: A rule name or `Rule`.
-        relation: The neighbouring relation of every charge.
+        budget: A `Budget`, a number (epsilon) or a tuple; None adopts the stored one.
+        rule: A rule name or `Rule`; None adopts the stored rule (``"basic"`` for a new
+            ledger). A stored rule whose plan holds mechanism charges cannot be rebuilt
+            from its description: give it (and ``plan``) again.
+        relation: The neighbouring relation of every charge; None adopts the stored one
+            (add/remove for a new ledger).
         plan: A declared plan, for fixed-plan rules.
         migrate: Record an explicit migration if the stored settings differ.
         rule_options: Further keyword arguments for the rule.
@@ -230,17 +240,52 @@ def open_ledger(
             environment (``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY``) if
             set. A ledger created with a key is an HMAC chain for good; see
             docs/ledgers.md ("Threat model").
+        create: Whether a missing ledger (or SQLite file) may be created: by default
+            only when ``budget`` is given. Without it a missing ledger is an error that
+            names where it was looked for, and nothing is created.
+        read_only: Open for dashboards and auditors: nothing is created, the connection
+            refuses writes, and a charge raises `ReadOnlyLedgerError`.
 
     Returns:
         An `Accountant` whose store is the opened ledger.
 
     Raises:
-        ConfigError: Unknown scheme, or stored settings differ and ``migrate`` is False.
+        ConfigError: Unknown scheme; stored settings differ and ``migrate`` is False;
+            no ``budget`` for a ledger that does not exist; a stored rule that cannot
+            be rebuilt.
         LedgerCorruptError: The stored ledger fails verification.
-        StorageError: The database cannot be used.
+        StorageError: The database cannot be used (or, without ``create``, the ledger
+            or its file does not exist).
     """
-    store = open_store(url, name=name, key=key)
+    adopt = budget is None
+    if create is None:
+        create = not adopt and not read_only
+    if read_only and (migrate or create):
+        raise ConfigError("a ledger opened read_only=True cannot be created or migrated")
+    store = open_store(url, name=name, key=key, create=bool(create), read_only=read_only)
     try:
+        if adopt:
+            if migrate:
+                raise ConfigError("migrate=True needs the new settings: give budget= (and "
+                                  "rule=, relation=) to migrate to")
+            stored = _stored_meta(store)
+            if stored is None:
+                raise ConfigError(
+                    f"there is no ledger named {name!r} at {redact_url(url)}; give budget= "
+                    "(and rule=, relation=) to create it"
+                )
+            budget = stored.budget
+            if rule is None:
+                rule = rule_from_description(stored.rule)
+            relation = stored.relation if relation is None else relation
+            dataset_size = stored.dataset_size if dataset_size is None else dataset_size
+        elif not create and _stored_meta(store) is None:
+            raise StorageError(
+                f"there is no ledger named {name!r} at {redact_url(url)} (create=False: "
+                "nothing was created)"
+            )
+        rule = "basic" if rule is None else rule
+        relation = Relation.ADD_REMOVE if relation is None else relation
         if migrate and not isinstance(store, MemoryStore):
             _, meta = ledger_settings(
                 name, _as_budget(budget), rule, relation, plan, rule_options, dataset_size
@@ -266,6 +311,11 @@ def open_ledger(
     except BaseException:
         store.close()
         raise
+
+
+def _stored_meta(store: Store) -> LedgerMeta | None:
+    stored_meta = getattr(store, "stored_meta", None)
+    return None if stored_meta is None else stored_meta()
 
 
 def _history(store: Any) -> list[tuple[int, datetime, int, LedgerMeta]] | None:

@@ -17,7 +17,7 @@ EXPECTED = {
     "PrivacyLossDistribution", "calibrate_dpsgd_noise", "DiscreteGaussianCharge",
     "DiscreteLaplaceCharge", "dpsgd_epsilon", "dpsgd_step_charge",
     "UnreleasableResultError", "StepRefusedError", "TrainingLedger",
-    "BoundedRangeCharge", "RandomizedResponseCharge", "LedgerKey",
+    "BoundedRangeCharge", "RandomizedResponseCharge", "LedgerKey", "ReadOnlyLedgerError",
 }
 
 

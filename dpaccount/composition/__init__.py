@@ -18,6 +18,7 @@ Tight accounting for Gaussian, Laplace and subsampled mechanisms lives in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from dpaccount.composition.advanced import (
@@ -39,7 +40,8 @@ from dpaccount.composition.planning import (
     remaining_per_query,
 )
 from dpaccount.composition.subsampling import subsample
-from dpaccount.errors import ConfigError
+from dpaccount.costs import PrivacyCost
+from dpaccount.errors import ConfigError, DPAccountError
 
 __all__ = [
     "COMPOSE_RULES",
@@ -67,6 +69,7 @@ __all__ = [
     "optimal_delta",
     "per_query_epsilon",
     "remaining_per_query",
+    "rule_from_description",
     "subsample",
 ]
 
@@ -128,3 +131,34 @@ def make_rule(rule: str | Rule[Any], **options: Any) -> Rule[Any]:
         return RULES[rule](**options)  # type: ignore[no-any-return]
     except TypeError as exc:
         raise ConfigError(f"rule {rule!r}: {exc}") from exc
+
+
+def rule_from_description(description: Mapping[str, Any]) -> Rule[Any]:
+    """Rebuild a rule from the ``describe()`` dictionary a ledger stored with it.
+
+    A fixed plan stored as ``[[epsilon, delta, count], ...]`` is read back as a `Plan`.
+    The rebuilt rule must describe itself exactly as stored.
+
+    Raises:
+        ConfigError: The description does not rebuild to the same rule (a plan of
+            mechanism charges, stored by name only, cannot be read back: restate the
+            rule and its plan).
+    """
+    name = str(description.get("name"))
+    options = {key: value for key, value in description.items() if key != "name"}
+    plan = options.get("plan")
+    try:
+        if isinstance(plan, list) and all(isinstance(r, list) and len(r) == 3 for r in plan):
+            options["plan"] = Plan(tuple((PrivacyCost(e, d), int(n)) for e, d, n in plan))
+        rule = make_rule(name, **options)
+    except DPAccountError as exc:
+        raise ConfigError(
+            f"the stored rule {name!r} cannot be rebuilt from its description ({exc}); "
+            "give rule= (and plan=) as the ledger was created"
+        ) from None
+    if rule.describe() != dict(description):
+        raise ConfigError(
+            f"the stored rule {name!r} does not rebuild to the same rule; give rule= "
+            "(and plan=) as the ledger was created"
+        )
+    return rule

@@ -71,6 +71,7 @@ from dpaccount.errors import (
     ConfigError,
     LedgerConflictError,
     LedgerCorruptError,
+    ReadOnlyLedgerError,
     StorageError,
     missing_extra,
 )
@@ -413,6 +414,9 @@ class PostgresStore:
             under the key); a new ledger made with a key is keyed for good. A keyed
             ledger's `append_within()` decides in this process under the row lock, since
             the server never sees the key.
+        read_only: Open for reading only (dashboards, auditors): nothing is created,
+            the session refuses writes (``default_transaction_read_only``), and every
+            write raises `ReadOnlyLedgerError`.
 
     Raises:
         ImportError: psycopg is not installed (``pip install "dpaccount[postgres]"``).
@@ -430,6 +434,7 @@ class PostgresStore:
         locking: Locking = "conditional",
         commit: Commit = "group",
         key: LedgerKey | None = None,
+        read_only: bool = False,
     ) -> None:
         try:
             import psycopg
@@ -452,6 +457,7 @@ class PostgresStore:
         self.commit: Commit = commit
         self.lock_timeout = float(lock_timeout)
         self._key = key
+        self.read_only = bool(read_only)
         self._conninfo = conninfo
         self._s = f'"{schema}"'
         # Prepared once per connection (see _prepare), run from one multi-statement
@@ -538,6 +544,18 @@ class PostgresStore:
             raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
         meta_json = self._keyed(meta).model_dump_json()
         s = self._s
+        if self.read_only:
+            if self.stored_meta() is None:
+                raise StorageError(
+                    f"there is no ledger named {self.name!r} in schema {self.schema!r} "
+                    "(opened read-only: nothing was created)"
+                )
+            self._check_key()
+            self.check_functions()
+            self.verify()
+            row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
+            self._meta_text = str(row[0])
+            return parse_meta(self._meta_text)
 
         def create(cur: Any) -> None:
             cur.execute(
@@ -637,6 +655,7 @@ class PostgresStore:
                 error; nothing was written (or, if the connection broke during commit,
                 the outcome is unknown and the charge is refused anyway).
         """
+        self._writable()
         if record.seq != expected_head:
             raise LedgerConflictError(
                 f"record seq {record.seq} does not match the expected head {expected_head}"
@@ -685,6 +704,7 @@ class PostgresStore:
                 the connection broke during commit, the outcome is unknown and the
                 charge is refused anyway).
         """
+        self._writable()
         if self._key is not None:
             return self._append_within_here(known_head, record, epsilon_limit, delta_limit,
                                             delta_below)
@@ -960,6 +980,11 @@ class PostgresStore:
 
         if present():
             return
+        if self.read_only:
+            raise StorageError(
+                f"schema {self.schema!r} holds no dpaccount ledger tables this version can "
+                "read (opened read-only: nothing was created)"
+            )
         # A session lock, then a fresh transaction: a process that waited while another
         # created the schema checks again in a transaction that starts after that one
         # committed, and does not re-run the DDL (CREATE TRIGGER's table locks deadlock
@@ -984,6 +1009,8 @@ class PostgresStore:
                     self._refuse_transaction_pooling(conn)
                 ms = max(int(self.lock_timeout * 1000), 1)
                 conn.execute(f"SET lock_timeout = {ms}")
+                if self.read_only:
+                    conn.execute("SET default_transaction_read_only = on")
                 # A charge must be flushed before append() returns: never run with the
                 # server's synchronous_commit = off (stricter settings are kept).
                 if sync == "off":
@@ -1061,6 +1088,8 @@ class PostgresStore:
                 raise StorageError(f"PostgreSQL failed for ledger {self.name!r}: {exc}") from exc
 
     def _write(self, body: Callable[[Any], T], serializable: bool = False) -> T:
+        self._writable()
+
         def run(conn: Any) -> T:
             for _attempt in range(_SERIALIZATION_RETRIES):
                 try:
@@ -1118,6 +1147,12 @@ class PostgresStore:
              self.name),
         )
         return new
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise ReadOnlyLedgerError(
+                f"ledger {self.name!r} was opened read-only; nothing was written"
+            )
 
     def _keyed(self, meta: LedgerMeta) -> LedgerMeta:
         """``meta`` naming this store's key (or none)."""

@@ -45,7 +45,12 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import TypeVar
 
-from dpaccount.errors import LedgerConflictError, LedgerCorruptError, StorageError
+from dpaccount.errors import (
+    LedgerConflictError,
+    LedgerCorruptError,
+    ReadOnlyLedgerError,
+    StorageError,
+)
 from dpaccount.keys import LedgerKey
 from dpaccount.records import (
     GENESIS_HASH,
@@ -193,6 +198,9 @@ class SQLiteStore:
             created (for readers: ``dpaccount ledger show`` of a mistyped path).
         key: The ledger's `LedgerKey` if it is keyed (its chain is then an HMAC chain
             under the key); a new ledger made with a key is keyed for good.
+        read_only: Open for reading only (dashboards, auditors): nothing is created or
+            upgraded, the connection refuses writes (``PRAGMA query_only``), and every
+            write raises `ReadOnlyLedgerError`.
 
     Raises:
         StorageError: The file cannot be opened as a dpaccount ledger database.
@@ -206,9 +214,12 @@ class SQLiteStore:
         lock_timeout: float = 30.0,
         create: bool = True,
         key: LedgerKey | None = None,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
+        self.read_only = bool(read_only)
+        create = create and not self.read_only
         self.path = os.fspath(path)
         self.name = name
         self.lock_timeout = float(lock_timeout)
@@ -284,6 +295,8 @@ class SQLiteStore:
         if meta.name != self.name:
             raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
         meta_json = self._keyed(meta).model_dump_json()
+        if self.read_only:
+            return self._open_existing()
 
         def create(cur: sqlite3.Cursor) -> None:
             row = cur.execute("SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone()
@@ -302,6 +315,19 @@ class SQLiteStore:
             "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone())
         if text is None:  # pragma: no cover - the row was just written
             raise StorageError(f"ledger {self.name!r} vanished after it was created")
+        self._meta_text = str(text[0])
+        return parse_meta(self._meta_text)
+
+    def _open_existing(self) -> LedgerMeta:
+        """`initialize` without writing: the ledger must exist; it is verified."""
+        text = self._read(lambda cur: cur.execute(
+            "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone())
+        if text is None:
+            raise StorageError(
+                f"there is no ledger named {self.name!r} in {self.path!r} (opened "
+                "read-only: nothing was created)"
+            )
+        self.verify()
         self._meta_text = str(text[0])
         return parse_meta(self._meta_text)
 
@@ -641,6 +667,15 @@ class SQLiteStore:
     def _setup(self) -> None:
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout = {max(1, int(self._busy_seconds() * 1000))}")
+        if self.read_only:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if not 1 <= version <= TABLES_VERSION:
+                raise StorageError(
+                    f"{self.path!r} is not a ledger database this dpaccount can read "
+                    f"(tables version {version})"
+                )
+            conn.execute("PRAGMA query_only = ON")
+            return
         if self.path != ":memory:":
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
@@ -740,6 +775,11 @@ class SQLiteStore:
 
     def _write(self, body: Callable[[sqlite3.Cursor], T]) -> T:
         """Run ``body`` in one BEGIN IMMEDIATE transaction and commit it durably."""
+        if self.read_only:
+            raise ReadOnlyLedgerError(
+                f"ledger {self.name!r} in {self.path!r} was opened read-only; nothing "
+                "was written"
+            )
 
         def attempt() -> T:
             conn = self._conn
