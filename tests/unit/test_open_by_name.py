@@ -72,10 +72,10 @@ def test_the_context_manager_closes_the_connection(sqlite_url: str) -> None:
 
 def test_a_missing_sqlite_file_is_named_and_not_created(tmp_path: Path) -> None:
     path = tmp_path / "typo.db"
-    with pytest.raises(StorageError, match="typo.db"):
+    with pytest.raises(StorageError, match=r"typo\.db"):
         open_ledger(f"sqlite:///{path}", name="L")
     assert not path.exists()
-    with pytest.raises(StorageError, match="typo.db"):
+    with pytest.raises(StorageError, match=r"typo\.db"):
         open_ledger(f"sqlite:///{path}", name="L", read_only=True)
     assert not path.exists()
 
@@ -83,7 +83,7 @@ def test_a_missing_sqlite_file_is_named_and_not_created(tmp_path: Path) -> None:
 def test_a_missing_ledger_in_an_existing_database_is_refused_without_settings(url: str
                                                                               ) -> None:
     open_ledger(url, name="exists", budget=1).close()
-    with pytest.raises(ConfigError, match="no ledger named 'other'.*give budget="):
+    with pytest.raises(ConfigError, match=r"no ledger named 'other'.*give budget="):
         open_ledger(url, name="other")
     with pytest.raises(StorageError, match="no ledger named 'other'"):
         open_ledger(url, name="other", budget=1, create=False)
@@ -119,7 +119,7 @@ def test_read_only_sqlite_refuses_writes_at_the_connection(sqlite_url: str) -> N
         writer.charge(PrivacyCost("0.25"))
     with open_ledger(sqlite_url, name="L", read_only=True) as dashboard:
         conn: sqlite3.Connection = dashboard.store._conn  # type: ignore[attr-defined]
-        with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
+        with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only|query_only"):
             conn.execute("DELETE FROM ledgers")
 
 
