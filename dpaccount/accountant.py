@@ -35,6 +35,7 @@ from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
     DeltaWarning,
+    DPAccountError,
     DuplicateQueryError,
     InvalidCostError,
     LedgerConflictError,
@@ -641,9 +642,15 @@ class Accountant:
         self.close()
 
     def __repr__(self) -> str:
+        # What this accountant has folded in so far: a repr never touches the store (it
+        # must work on a closed or failing one).
+        try:
+            spent = repr(self._rule.total(self._state))
+        except DPAccountError:
+            spent = "?"
         return (
             f"Accountant(budget={self._budget!r}, rule={self._rule.name!r}, "
-            f"spent={self.spent!r}, records={self._head})"
+            f"spent={spent}, records={self._head})"
         )
 
 

@@ -1,25 +1,31 @@
-"""``dpaccount ledger show|verify|checkpoint|export|report|keygen``: read and audit a
-durable ledger.
+"""``dpaccount ledger list|show|verify|checkpoint|export|report|keygen``: read and audit
+durable ledgers.
 
-Every command takes the ledger's URL (``sqlite:///path.db``, ``postgresql://...``),
+Every command takes the database's URL (``sqlite:///path.db``, ``postgresql://...``),
 ``--name`` (``default`` if omitted) and, for a keyed ledger, ``--key-file`` (default: the
-``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY`` environment variable).
-``verify`` exits 0 when the ledger is intact and 1, naming the first bad record, when it
-is not. ``keygen`` writes a new random key file (0600).
+``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY`` environment variable); ledgers
+are opened read-only. Files are written with ``--output``. ``verify`` exits 0 when the
+ledger (or an export, ``--export FILE``, checked offline) is intact and 1, naming the
+first bad record, when it is not, or when its records spend more than its budget.
+``keygen`` writes a new random key file (0600).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any, TextIO
 
+import attrs
+
+from dpaccount.audit import export_document, html_report, spend_over_time, summarize, verify_export
 from dpaccount.charges import describe
-from dpaccount.composition import rule_from_description
 from dpaccount.costs import PrivacyCost, format_bound, format_number
 from dpaccount.errors import (
     ConfigError,
@@ -36,26 +42,44 @@ __all__ = ["add_ledger_commands", "ledger_main"]
 
 
 def add_ledger_commands(subparsers: Any) -> None:
-    """Register ``ledger show|verify|export|report`` on a ``dpaccount`` subparsers object.
+    """Register the ``ledger`` commands on a ``dpaccount`` subparsers object.
 
     Args:
         subparsers: What ``ArgumentParser.add_subparsers()`` returned.
     """
-    ledger = subparsers.add_parser("ledger", help="show, verify, export or plot a ledger")
+    ledger = subparsers.add_parser(
+        "ledger", help="list, show, verify, checkpoint, export or report ledgers"
+    )
     sub = ledger.add_subparsers(dest="ledger_command", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("url", help="sqlite:///path.db or postgresql://user@host/db")
+    def common(p: argparse.ArgumentParser, url: str = "the database") -> None:
+        p.add_argument("url", help=f"{url}: sqlite:///path.db or postgresql://user@host/db")
         p.add_argument("--name", default="default", help="the ledger's name (default: default)")
         p.add_argument("--key-file", help="the key of a keyed ledger (default: "
                        "$DPACCOUNT_LEDGER_KEY_FILE or $DPACCOUNT_LEDGER_KEY)")
 
-    show = sub.add_parser("show", help="a table of every charge, what is spent and remains")
+    def grouping(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--by", choices=("label", "job"), default="label",
+                       help="group charges by label, or by job (query_id up to its first /)")
+
+    listing = sub.add_parser("list", help="every ledger in a database: spent and remaining")
+    common(listing)
+    listing.set_defaults(func=_list)
+    show = sub.add_parser("show", help="the charges, what is spent and what remains")
     common(show)
+    show.add_argument("--since", help="only charges at or after this UTC time (ISO 8601)")
+    show.add_argument("--label", help="only charges whose label matches (shell wildcards)")
+    show.add_argument("--tail", type=int, help="only the last N charges shown")
+    show.add_argument("--summary", action="store_true",
+                      help="a summary by label (or --by job) instead of every charge")
+    grouping(show)
     show.set_defaults(func=_show)
-    verify = sub.add_parser("verify", help="check records, hash chain and totals")
-    common(verify)
+    verify = sub.add_parser("verify", help="check records, hash chain, totals and budget")
+    verify.add_argument("url", nargs="?", help="the database (or give --export)")
+    verify.add_argument("--name", default="default", help="the ledger's name")
+    verify.add_argument("--key-file", help="the key of a keyed ledger")
     verify.add_argument("--checkpoint", help="a head checkpoint file the chain must extend")
+    verify.add_argument("--export", help="verify an export file offline, without a database")
     verify.set_defaults(func=_verify)
     checkpoint = sub.add_parser(
         "checkpoint", help="write a head checkpoint (length and last hash) of a verified ledger"
@@ -63,14 +87,23 @@ def add_ledger_commands(subparsers: Any) -> None:
     common(checkpoint)
     checkpoint.add_argument("--output", required=True, help="the checkpoint file to write")
     checkpoint.set_defaults(func=_checkpoint)
-    export = sub.add_parser("export", help="write every record as JSON or CSV")
+    export = sub.add_parser(
+        "export", help="every record with its links, and the settings history (JSON or CSV)"
+    )
     common(export)
     export.add_argument("--format", choices=("json", "csv"), default="json")
-    export.add_argument("--out", help="output file (default: standard output)")
+    export.add_argument("--output", "--out", dest="output",
+                        help="output file (default: standard output)")
     export.set_defaults(func=_export)
-    report = sub.add_parser("report", help="plot the spend over time (needs dpaccount[plot])")
+    report = sub.add_parser(
+        "report", help="spend under the rule over time: .html (self-contained) or an image "
+        "(.png, .svg, .pdf: needs dpaccount[plot])"
+    )
     common(report)
-    report.add_argument("--out", required=True, help="the image file to write (e.g. .png)")
+    report.add_argument("--output", "--out", dest="output", required=True,
+                        help="the file to write: .html, or an image (.png, .svg, .pdf)")
+    report.add_argument("--all", action="store_true", help="every ledger in the database")
+    grouping(report)
     report.set_defaults(func=_report)
     keygen = sub.add_parser("keygen", help="write a new random ledger key file (0600)")
     keygen.add_argument("--output", required=True, help="the key file to create")
@@ -108,19 +141,28 @@ def _key(args: argparse.Namespace) -> LedgerKey | None:
     return LedgerKey.from_file(path) if path else LedgerKey.from_env()
 
 
-def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any]:
-    """The verified ledger: its settings, records and tip (``args.history`` is set to
-    its settings history)."""
+@attrs.frozen
+class _Loaded:
+    meta: LedgerMeta
+    records: list[LedgerRecord]
+    tip: Any
+    history: list[Any]
+    rows: tuple[list[Any], list[Any]] | None
+
+
+def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False) -> _Loaded:
+    """A verified ledger, opened read-only: settings, records, tip, settings history and
+    (with ``rows``) the raw rows with their links."""
+    if args.url is None:
+        raise ConfigError("give the database URL (or, for verify, --export FILE)")
     if str(args.url).lower().startswith("memory:"):
         raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
-    store: Any = open_store(args.url, name=args.name, create=False, key=_key(args),
-                            read_only=True)
+    name = args.name if name is None else name
+    store: Any = open_store(args.url, name=name, create=False, key=_key(args), read_only=True)
     try:
         meta = store.stored_meta()
         if meta is None:
-            raise StorageError(
-                f"there is no ledger named {args.name!r} at {redact_url(args.url)}"
-            )
+            raise StorageError(f"there is no ledger named {name!r} at {redact_url(args.url)}")
         tip = store.verify()
         if hasattr(store, "check_functions"):
             store.check_functions()
@@ -130,31 +172,24 @@ def _load(args: argparse.Namespace) -> tuple[LedgerMeta, list[LedgerRecord], Any
                 f"protective triggers are dropped or disabled: {', '.join(missing)}; the "
                 "database no longer refuses edits, so its records cannot be trusted"
             )
-        records = list(store.read())
-        args.history = store.meta_history()
+        return _Loaded(meta, list(store.read()), tip, store.meta_history(),
+                       store.chain_rows() if rows else None)
     finally:
         store.close()
-    return meta, records, tip
 
 
-def _spent(meta: LedgerMeta, records: Sequence[LedgerRecord]) -> tuple[PrivacyCost, str]:
-    """The total under the ledger's rule (or the plain sum if the rule cannot be rebuilt)."""
+def _names(args: argparse.Namespace) -> list[str]:
+    store: Any = open_store(args.url, name=args.name, create=False, key=_key(args),
+                            read_only=True)
     try:
-        rule = rule_from_description(meta.rule)
-        state = rule.start()
-        for record in records:
-            state = rule.extend(state, record.charge)
-        return rule.total(state), rule.name
-    except DPAccountError:
-        total = PrivacyCost(0)
-        for record in records:
-            total = total + record.cost
-        return total, "basic (sum of record costs; the ledger's rule could not be rebuilt)"
+        return list(store.names())
+    finally:
+        store.close()
 
 
 def _down(value: Fraction) -> str:
     """What is left, rounded down to at most 6 significant digits (exact when short)."""
-    return format_bound(value, upward=False)[0]
+    return format_bound(max(value, Fraction(0)), upward=False)[0]
 
 
 def _up(value: Fraction) -> str:
@@ -180,64 +215,123 @@ def _cell(text: str) -> str:
     return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-def _show(args: argparse.Namespace) -> int:
-    meta, records, tip = _load(args)
-    out = _out(args)
-    budget = meta.budget
-    print(f"ledger {meta.name!r}: rule {meta.rule}, relation {meta.relation.value}, "
-          f"budget {budget}", file=out)
-    rows = [("seq", "when (UTC)", "label", "charge", "epsilon", "delta", "rule", "query_id")]
-    for r in records:
-        rows.append((
-            str(r.seq), r.timestamp.strftime("%Y-%m-%d %H:%M:%S"), _printable(r.label or ""),
-            _describe(r.charge), _up(r.cost.epsilon), _up(r.cost.delta),
-            r.rule, _printable(r.query_id or ""),
-        ))
+def _table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for n, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(),
               file=out)
         if n == 0:
             print("  ".join("-" * w for w in widths), file=out)
-    spent, how = _spent(meta, records)
-    print(f"records: {len(records)}   spent: {spent} under {how}", file=out)
-    left_eps = (
-        "inf" if budget.epsilon is None else _down(max(budget.epsilon - spent.epsilon, Fraction(0)))
-    )
-    left_delta = _down(max(budget.delta - spent.delta, Fraction(0)))
-    print(f"remaining (shown rounded down): epsilon {left_eps}, delta {left_delta}", file=out)
-    print(f"last hash: {tip.last_hash}", file=out)
+
+
+def _remaining(meta: LedgerMeta, spent: PrivacyCost) -> str:
+    budget = meta.budget
+    eps = "inf" if budget.epsilon is None else _down(budget.epsilon - spent.epsilon)
+    return f"epsilon {eps}, delta {_down(budget.delta - spent.delta)}"
+
+
+def _since(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"--since takes an ISO 8601 time (2026-11-24T00:00), not "
+                          f"{text!r}") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+# -- the commands -------------------------------------------------------------------------
+
+
+def _list(args: argparse.Namespace) -> int:
+    out = _out(args)
+    rows = [("ledger", "records", "rule", "budget", "spent (under the rule)", "remaining",
+             "last charge (UTC)")]
+    for name in _names(args):
+        loaded = _load(args, name)
+        spend = spend_over_time(loaded.meta, loaded.records, points=1)
+        last = loaded.records[-1].timestamp.strftime("%Y-%m-%d %H:%M") if loaded.records else ""
+        rows.append((_printable(name), str(len(loaded.records)), spend.rule.split(" ")[0],
+                     str(loaded.meta.budget), str(spend.spent),
+                     _remaining(loaded.meta, spend.spent), last))
+    if len(rows) == 1:
+        print(f"no ledgers at {redact_url(args.url)}", file=out)
+        return 0
+    _table(rows, out)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    loaded = _load(args)
+    meta, records = loaded.meta, loaded.records
+    out = _out(args)
+    print(f"ledger {meta.name!r}: rule {meta.rule}, relation {meta.relation.value}, "
+          f"budget {meta.budget}", file=out)
+    shown = records
+    if args.since:
+        since = _since(args.since)
+        shown = [r for r in shown if r.timestamp >= since]
+    if args.label:
+        shown = [r for r in shown if fnmatch.fnmatchcase(r.label or "", args.label)]
+    if args.tail is not None:
+        shown = shown[-args.tail:] if args.tail > 0 else []
+    rows: list[tuple[str, ...]]
+    if args.summary:
+        rows = [(args.by, "charges", "epsilon (own, summed)", "delta (own, summed)",
+                 "first (UTC)", "last (UTC)")]
+        rows += [(_printable(g.group), str(g.count), _up(g.epsilon), _up(g.delta),
+                  f"{g.first:%Y-%m-%d %H:%M}", f"{g.last:%Y-%m-%d %H:%M}")
+                 for g in summarize(shown, args.by)]
+    else:
+        rows = [("seq", "when (UTC)", "label", "charge", "epsilon", "delta", "rule",
+                 "query_id")]
+        rows += [(str(r.seq), r.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
+                  _printable(r.label or ""), _describe(r.charge), _up(r.cost.epsilon),
+                  _up(r.cost.delta), r.rule, _printable(r.query_id or "")) for r in shown]
+    _table(rows, out)
+    spend = spend_over_time(meta, records, points=1)
+    if len(shown) != len(records):
+        print(f"shown: {len(shown)} of {len(records)} records", file=out)
+    print(f"records: {len(records)}   spent: {spend.spent} under {spend.rule}", file=out)
+    print(f"remaining (shown rounded down): {_remaining(meta, spend.spent)}", file=out)
+    print(f"last hash: {loaded.tip.last_hash}", file=out)
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
     out = _out(args)
+    where = f"at {redact_url(args.url)}" if args.url else f"in {args.export!r}"
     try:
-        meta, records, tip = _load(args)
-    except LedgerCorruptError as exc:
-        where = "" if exc.seq is None else f" first bad record: {exc.seq};"
-        print(f"CORRUPT: ledger {args.name!r} at {redact_url(args.url)}:{where} {exc}",
-              file=out)
-        return 1
-    if args.checkpoint:
-        try:
-            with open(args.checkpoint, encoding="utf-8") as stream:
-                point = json.load(stream)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read the checkpoint file {args.checkpoint!r}: "
-                              f"{exc}") from None
-        try:
+        if args.export:
+            try:
+                with open(args.export, encoding="utf-8") as stream:
+                    document = json.load(stream)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"cannot read the export {args.export!r}: {exc}") from None
+            check = verify_export(document, key=_key(args))
+            meta, records, tip, history = check.meta, list(check.records), check.tip, None
+        else:
+            loaded = _load(args)
+            meta, records, tip, history = (loaded.meta, loaded.records, loaded.tip,
+                                           loaded.history)
+        if args.checkpoint:
+            try:
+                with open(args.checkpoint, encoding="utf-8") as stream:
+                    point = json.load(stream)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"cannot read the checkpoint file {args.checkpoint!r}: "
+                                  f"{exc}") from None
             if not isinstance(point, dict):
                 raise ConfigError("the checkpoint file is not a dpaccount head checkpoint")
-            check_checkpoint(records, point, meta.name, key=_key(args), history=args.history)
-        except LedgerCorruptError as exc:
-            print(f"CORRUPT: ledger {args.name!r} at {redact_url(args.url)}: {exc}", file=out)
-            return 1
-    spent, rule_name = _spent(meta, records)
-    if not spent.fits(meta.budget):
-        print(f"OVERSPENT: ledger {meta.name!r} at {redact_url(args.url)}: under the "
-              f"{rule_name!r} rule its {len(records)} records spend {spent}, over the "
-              f"budget {meta.budget}", file=out)
+            check_checkpoint(records, point, meta.name, key=_key(args), history=history)
+    except LedgerCorruptError as exc:
+        first = "" if exc.seq is None else f" first bad record: {exc.seq};"
+        print(f"CORRUPT: ledger {args.name!r} {where}:{first} {exc}", file=out)
+        return 1
+    spend = spend_over_time(meta, records, points=1)
+    if not spend.spent.fits(meta.budget):
+        print(f"OVERSPENT: ledger {meta.name!r} {where}: under the {spend.rule!r} rule its "
+              f"{len(records)} records spend {spend.spent}, over the budget {meta.budget}",
+              file=out)
         return 1
     print(f"ok: ledger {meta.name!r} has {len(records)} intact records; "
           f"sum epsilon {_up(tip.epsilon_sum)}, sum delta "
@@ -246,13 +340,14 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
-    meta, records, _tip = _load(args)
-    point = make_checkpoint(records, meta.name, key=_key(args), history=args.history)
+    loaded = _load(args)
+    point = make_checkpoint(loaded.records, loaded.meta.name, key=_key(args),
+                            history=loaded.history)
     with open(args.output, "w", encoding="utf-8") as stream:
         json.dump(point, stream, indent=2, sort_keys=True)
         stream.write("\n")
-    print(f"wrote {args.output}: ledger {meta.name!r}, {point['head']} records, last hash "
-          f"{point['last_hash']}", file=_out(args))
+    print(f"wrote {args.output}: ledger {loaded.meta.name!r}, {point['head']} records, last "
+          f"hash {point['last_hash']}", file=_out(args))
     return 0
 
 
@@ -266,33 +361,60 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    meta, records, _tip = _load(args)
-    rows = [encode_record(r).model_dump(mode="json") for r in records]
-    target: TextIO = open(args.out, "w", newline="") if args.out else _out(args)  # noqa: SIM115
+    loaded = _load(args, rows=True)
+    assert loaded.rows is not None
+    record_rows, history = loaded.rows
+    target: TextIO = (open(args.output, "w", newline="", encoding="utf-8")  # noqa: SIM115
+                      if args.output else _out(args))
     try:
         if args.format == "json":
-            json.dump({"ledger": meta.model_dump(mode="json"), "records": rows}, target,
-                      indent=2, sort_keys=True)
+            json.dump(export_document(loaded.meta, record_rows, history), target,
+                      indent=1, sort_keys=True)
             target.write("\n")
         else:
             writer = csv.writer(target)
             writer.writerow(["seq", "timestamp", "label", "query_id", "rule", "epsilon",
-                             "delta", "epsilon_float_up", "delta_float_up", "charge"])
-            for r, row in zip(records, rows, strict=True):
+                             "delta", "epsilon_float_up", "delta_float_up", "charge",
+                             "prev_hash", "hash"])
+            for r, row in zip(loaded.records, record_rows, strict=True):
+                encoded = encode_record(r).model_dump(mode="json")
                 writer.writerow([
                     r.seq, r.timestamp.isoformat(), _cell(r.label or ""),
                     _cell(r.query_id or ""), r.rule,
-                    row["cost"]["epsilon"], row["cost"]["delta"],
+                    encoded["cost"]["epsilon"], encoded["cost"]["delta"],
                     format_number(r.cost.epsilon), format_number(r.cost.delta),
-                    json.dumps(row["charge"], sort_keys=True, separators=(",", ":")),
+                    json.dumps(encoded["charge"], sort_keys=True, separators=(",", ":")),
+                    row[2], row[3],
                 ])
     finally:
-        if args.out:
+        if args.output:
             target.close()
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
+    names = _names(args) if args.all else [args.name]
+    ledgers = []
+    for name in names:
+        loaded = _load(args, name)
+        ledgers.append((loaded.meta, loaded.records,
+                        f"verified {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: "
+                        f"{len(loaded.records)} intact records"))
+    if not ledgers:
+        raise StorageError(f"there are no ledgers at {redact_url(args.url)}")
+    if str(args.output).lower().endswith((".html", ".htm")):
+        page = html_report(ledgers, title=f"dpaccount ledgers at {redact_url(args.url)}",
+                           by=args.by)
+        with open(args.output, "w", encoding="utf-8") as stream:
+            stream.write(page)
+    else:
+        _plot(ledgers, args.by, args.output)
+    print(f"wrote {args.output}", file=_out(args))
+    return 0
+
+
+def _plot(ledgers: Sequence[tuple[LedgerMeta, Sequence[LedgerRecord], str]], by: str,
+          output: str) -> None:
     try:
         import matplotlib
     except ImportError:
@@ -300,28 +422,27 @@ def _report(args: argparse.Namespace) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    meta, records, _tip = _load(args)
-    times, eps = [], []
-    total = PrivacyCost(0)
-    for r in records:
-        total = total + r.cost
-        times.append(r.timestamp)
-        eps.append(float(total.epsilon))
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.step(
-        times,  # type: ignore[arg-type]
-        eps,
-        where="post",
-        label="epsilon spent (sum of charges)",
-    )
-    if meta.budget.epsilon is not None:
-        ax.axhline(float(meta.budget.epsilon), color="red", linestyle="--", label="budget")
-    ax.set_title(f"ledger {meta.name!r}: {len(records)} charges")
-    ax.set_xlabel("time (UTC)")
-    ax.set_ylabel("epsilon")
-    ax.legend()
+    fig, axes = plt.subplots(len(ledgers), 2, figsize=(11, 3.4 * len(ledgers)), squeeze=False)
+    for row, (meta, records, _status) in zip(axes, ledgers, strict=True):
+        spend = spend_over_time(meta, records, by=by)
+        times = [p.timestamp for p in spend.points]
+        for ax, coordinate, limit in ((row[0], "epsilon", meta.budget.epsilon),
+                                      (row[1], "delta", meta.budget.delta)):
+            if spend.points:
+                stacks = [[p.attributed(g, coordinate) for p in spend.points]
+                          for g in range(len(spend.groups))]
+                ax.stackplot(times, stacks, labels=list(spend.groups), alpha=0.55)
+                ax.plot(times, [float(getattr(p.spent, coordinate)) for p in spend.points],
+                        color="black", label=f"spent under {spend.rule.split(' ')[0]}")
+            if limit is not None:
+                ax.axhline(float(limit), color="red", linestyle="--", label="budget")
+            spent = getattr(spend.spent, coordinate)
+            left = "unlimited" if limit is None else _down(limit - spent)
+            ax.set_title(f"{meta.name}: {coordinate} {_up(spent)} spent, {left} left",
+                         fontsize=10)
+            ax.set_ylabel(coordinate)
+        row[0].legend(fontsize=7, loc="upper left")
     fig.autofmt_xdate()
-    fig.savefig(args.out)
+    fig.tight_layout()
+    fig.savefig(output)
     plt.close(fig)
-    print(f"wrote {args.out}", file=_out(args))
-    return 0

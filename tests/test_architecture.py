@@ -28,6 +28,7 @@ LAYERS = {
     "dpaccount.ledgers": 3,
     "dpaccount.cli": 4,
     "dpaccount.ledger_cli": 4,
+    "dpaccount.audit": 4,
     "dpaccount.plot": 4,
     "dpaccount._demo": 4,
     "dpaccount.integrations": 4,

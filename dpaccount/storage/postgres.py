@@ -88,6 +88,7 @@ from dpaccount.records import (
 from dpaccount.storage._sql import (
     SUM_BITS,
     LedgerTip,
+    MetaRow,
     RecordRow,
     check_key,
     check_meta_history,
@@ -871,6 +872,25 @@ class PostgresStore:
         """The ledger's stored metadata, or None if the ledger does not exist."""
         row = self._fetchone(f"SELECT meta FROM {self._s}.ledgers WHERE name = %s", (self.name,))
         return None if row is None else parse_meta(row[0])
+
+    def chain_rows(self) -> tuple[list[RecordRow], list[MetaRow]]:
+        """The raw record rows and settings-history rows, with their links, read in one
+        snapshot (for an export an auditor can re-verify offline)."""
+        s = self._s
+
+        def get(cur: Any) -> tuple[list[RecordRow], list[MetaRow]]:
+            rows = cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s ORDER BY seq",
+                (self.name,),
+            ).fetchall()
+            history = cur.execute(
+                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
+                "WHERE ledger = %s ORDER BY version",
+                (self.name,),
+            ).fetchall()
+            return [tuple(r) for r in rows], [tuple(r) for r in history]
+
+        return self._read(get, repeatable=True)
 
     def names(self) -> list[str]:
         """The names of every ledger in the schema."""

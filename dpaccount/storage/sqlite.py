@@ -63,6 +63,7 @@ from dpaccount.records import (
 from dpaccount.storage._sql import (
     TABLES_VERSION,
     LedgerTip,
+    MetaRow,
     RecordRow,
     check_key,
     check_meta_history,
@@ -557,6 +558,24 @@ class SQLiteStore:
 
         text = self._read(get)
         return None if text is None else parse_meta(text)
+
+    def chain_rows(self) -> tuple[list[RecordRow], list[MetaRow]]:
+        """The raw record rows and settings-history rows, with their links, read in one
+        snapshot (for an export an auditor can re-verify offline)."""
+
+        def get(cur: sqlite3.Cursor) -> tuple[list[RecordRow], list[MetaRow]]:
+            rows = cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? ORDER BY seq",
+                (self.name,),
+            ).fetchall()
+            history = cur.execute(
+                "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
+                "WHERE ledger = ? ORDER BY version",
+                (self.name,),
+            ).fetchall()
+            return rows, history
+
+        return self._read(get)
 
     def names(self) -> list[str]:
         """The names of every ledger in the database file."""

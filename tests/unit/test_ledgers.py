@@ -139,7 +139,7 @@ def test_export_json_and_csv(ledger_url: str, tmp_path: Path) -> None:
     data = json.loads(text)
     assert status == 0
     assert data["ledger"]["budget_epsilon"] == "1/1"
-    assert [r["cost"]["epsilon"] for r in data["records"]] == ["1/4", "1/2"]
+    assert [r["record"]["cost"]["epsilon"] for r in data["records"]] == ["1/4", "1/2"]
     out = tmp_path / "x.csv"
     assert run("export", ledger_url, "--name", "census", "--format", "csv",
                "--out", str(out))[0] == 0
