@@ -30,6 +30,7 @@ from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
 from dpaccount.charges import Charge, Relation, Repeated, check_relations, cost_of
 from dpaccount.composition import RELATION_RULES, BasicRule, Rule, make_rule, max_queries
 from dpaccount.composition.base import SpentMeaning
+from dpaccount.composition.states import decode_state, encode_state
 from dpaccount.costs import Budget, PrivacyCost, format_number
 from dpaccount.errors import (
     BudgetExceededError,
@@ -41,9 +42,11 @@ from dpaccount.errors import (
     LedgerConflictError,
     LedgerCorruptError,
     ReadOnlyLedgerError,
+    StorageError,
 )
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerMeta, LedgerRecord
+from dpaccount.storage._sql import snapshot_settings
 from dpaccount.storage.base import DecidingStore, Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 
@@ -54,6 +57,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: How many times a charge is retried after losing a compare-and-append race before the
 #: store's conflict is reported. Each retry folds in the winners' records first.
 _MAX_CONFLICT_RETRIES = 10_000
+#: A durable ledger's rule state is snapshotted every this many records (opening then
+#: reads at most this many records), and on close after at least SNAPSHOT_ON_CLOSE.
+SNAPSHOT_EVERY = 256
+SNAPSHOT_ON_CLOSE = 16
 #: The charge classes themselves (a mechanism is none of them: no ABC check needed).
 _CHARGE_TYPE_SET = frozenset(CHARGE_TYPES)
 
@@ -231,7 +238,12 @@ class Accountant:
         self._meta = stored
         self._state: Any = self._rule.start()
         self._head = 0
+        #: The head of the store's latest snapshot (see `_maybe_snapshot`).
+        self._snap_head = 0
+        self._settings = snapshot_settings(stored)
+        self._resume_from_snapshot()
         self._catch_up()
+        self._maybe_snapshot()
 
     # -- reading --------------------------------------------------------------------
 
@@ -401,6 +413,8 @@ class Accountant:
         _revalidate(cost)
         check_text(label, "label")
         check_text(query_id, "query_id")
+        if self._head - self._snap_head >= SNAPSHOT_EVERY:
+            self._maybe_snapshot()
         if self._read_only:
             raise ReadOnlyLedgerError(
                 f"ledger {self._meta.name!r} was opened read-only (for reading and audit); "
@@ -632,8 +646,44 @@ class Accountant:
     # -- closing ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the store (its database connection); reads and charges then fail."""
+        """Close the store (its database connection); reads and charges then fail.
+
+        A durable ledger first stores a snapshot of the rule's state if more than a few
+        records were added since the last one, so the next open starts from here.
+        """
+        with self._lock:
+            self._maybe_snapshot(SNAPSHOT_ON_CLOSE)
         self._store.close()
+
+    # -- snapshots ------------------------------------------------------------------
+
+    def _resume_from_snapshot(self) -> None:
+        """Start from the rule state of the store's verified snapshot, if it has one
+        folded under this ledger's rule and relation (else from the first record)."""
+        snap = getattr(self._store, "snapshot", None)
+        if snap is None:
+            return
+        self._snap_head = snap.tip.head
+        if snap.state is None or snap.settings != self._settings:
+            return
+        if getattr(self._store, "full_verify", False):
+            return  # a full verification trusts no stored state: replay every record
+        state = decode_state(snap.state)
+        if type(state) is type(self._state):
+            self._state, self._head = state, snap.tip.head
+
+    def _maybe_snapshot(self, every: int = SNAPSHOT_EVERY) -> None:
+        """Store the rule's state at this head if ``every`` records came since the last
+        snapshot. A snapshot only speeds up opening: failing to write one (another
+        writer moved the head, a lock timeout) never fails a charge."""
+        write = getattr(self._store, "write_snapshot", None)
+        if write is None or self._read_only or self._head - self._snap_head < every:
+            return
+        try:
+            written = write(self._head, self._settings, encode_state(self._state))
+        except StorageError:
+            written = False
+        self._snap_head = self._head if written else self._head - SNAPSHOT_EVERY // 2
 
     def __enter__(self) -> Accountant:
         return self

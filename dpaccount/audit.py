@@ -22,6 +22,7 @@ from typing import Any, Final
 import attrs
 
 from dpaccount.composition import rule_from_description
+from dpaccount.composition.states import encode_state
 from dpaccount.costs import PrivacyCost, format_bound
 from dpaccount.errors import ConfigError, DPAccountError, LedgerCorruptError
 from dpaccount.keys import LedgerKey
@@ -30,6 +31,7 @@ from dpaccount.storage._sql import (
     LedgerTip,
     MetaRow,
     RecordRow,
+    Snapshot,
     check_key,
     check_meta_history,
     check_records,
@@ -43,6 +45,7 @@ __all__ = [
     "GroupSummary",
     "Spend",
     "SpendPoint",
+    "check_snapshot_states",
     "export_document",
     "group_of",
     "html_report",
@@ -197,6 +200,42 @@ def summarize(records: Sequence[LedgerRecord], by: str = "label") -> list[GroupS
         for group, rs in groups.items()
     ]
     return sorted(rows, key=lambda row: (-row.epsilon, -row.delta, row.group))
+
+
+def check_snapshot_states(records: Sequence[LedgerRecord], snapshots: Sequence[Snapshot]
+                          ) -> int:
+    """Replay the records under each snapshot's rule and relation and compare the rule
+    state with the one the snapshot stored (a full verification: opening trusts a
+    snapshot's state, whose link only proves who wrote it).
+
+    Returns:
+        How many snapshot states were checked (those whose rule cannot be rebuilt from
+        its description, such as a plan of mechanism charges, are not).
+
+    Raises:
+        LedgerCorruptError: A snapshot holds a state its records do not give.
+    """
+    by_settings: dict[str, dict[int, Snapshot]] = {}
+    for snap in snapshots:
+        if snap.state is not None:
+            by_settings.setdefault(snap.settings, {})[snap.tip.head] = snap
+    checked = 0
+    for settings, wanted in by_settings.items():
+        try:
+            rule = rule_from_description(json.loads(settings)["rule"])
+        except (DPAccountError, ValueError, KeyError, TypeError):
+            continue
+        state = rule.start()
+        for i, record in enumerate(records, 1):
+            state = rule.extend(state, record.charge)
+            stored = wanted.get(i)
+            if stored is not None:
+                if encode_state(state) != stored.state:
+                    raise LedgerCorruptError(
+                        f"the snapshot at record {i} holds a rule state that its records "
+                        "do not give (opening from it would misstate the spend)", seq=i - 1)
+                checked += 1
+    return checked
 
 
 # -- exports an auditor re-verifies ---------------------------------------------------------

@@ -24,7 +24,14 @@ from typing import Any, TextIO
 
 import attrs
 
-from dpaccount.audit import export_document, html_report, spend_over_time, summarize, verify_export
+from dpaccount.audit import (
+    check_snapshot_states,
+    export_document,
+    html_report,
+    spend_over_time,
+    summarize,
+    verify_export,
+)
 from dpaccount.charges import describe
 from dpaccount.costs import PrivacyCost, format_bound, format_number
 from dpaccount.errors import (
@@ -172,7 +179,9 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
                 f"protective triggers are dropped or disabled: {', '.join(missing)}; the "
                 "database no longer refuses edits, so its records cannot be trusted"
             )
-        return _Loaded(meta, list(store.read()), tip, store.meta_history(),
+        records = list(store.read())
+        check_snapshot_states(records, store.snapshots())
+        return _Loaded(meta, records, tip, store.meta_history(),
                        store.chain_rows() if rows else None)
     finally:
         store.close()

@@ -130,13 +130,15 @@ def _timeout(options: Mapping[str, str]) -> float:
 
 
 def open_store(url: str, *, name: str = "default", create: bool = True,
-               key: LedgerKey | None = None, read_only: bool = False) -> Store:
+               key: LedgerKey | None = None, read_only: bool = False,
+               verify: str = "recent") -> Store:
     """Open the store named by ``url`` for the ledger ``name`` (without an accountant).
 
     With ``create=False`` a SQLite file that does not exist is an error naming the path,
     and nothing is created (for readers and auditors). ``key`` (default: from the
     environment, see `LedgerKey.from_env`) is the key of a keyed ledger. ``read_only``
-    opens a connection that refuses writes (and creates nothing).
+    opens a connection that refuses writes (and creates nothing). ``verify`` is
+    ``"recent"`` (opening checks the ledger from its latest snapshot on) or ``"full"``.
 
     Raises:
         ConfigError: An unknown scheme or option.
@@ -147,6 +149,8 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
         raise ConfigError(f"a ledger URL must be a string, not {type(url).__name__}")
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
+    if verify not in ("recent", "full"):
+        raise ConfigError(f"verify must be 'recent' or 'full', not {verify!r}")
     if scheme == "memory":
         return MemoryStore()
     if key is None:
@@ -168,7 +172,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
         from dpaccount.storage.sqlite import SQLiteStore
 
         return SQLiteStore(path, name=name, lock_timeout=_timeout(options), create=create,
-                           key=key, read_only=read_only)
+                           key=key, read_only=read_only, full_verify=verify == "full")
     if scheme in ("postgresql", "postgres"):
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         schema = options.pop("schema", "dpaccount")
@@ -186,6 +190,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
             commit=commit,  # type: ignore[arg-type]  # checked there: ConfigError
             key=key,
             read_only=read_only,
+            full_verify=verify == "full",
         )
     raise ConfigError(
         f"unknown ledger URL scheme {parts.scheme!r} in {redact_url(url)!r}; use one of "
@@ -208,6 +213,7 @@ def open_ledger(
     key: LedgerKey | None = None,
     create: bool | None = None,
     read_only: bool = False,
+    verify: str = "recent",
 ) -> Accountant:
     """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
 
@@ -245,6 +251,11 @@ def open_ledger(
             names where it was looked for, and nothing is created.
         read_only: Open for dashboards and auditors: nothing is created, the connection
             refuses writes, and a charge raises `ReadOnlyLedgerError`.
+        verify: ``"recent"`` (default): opening checks the ledger from its latest
+            snapshot on (the record before it, the records since, the cached tip and the
+            settings history) and the rule resumes from the snapshot's state, so opening
+            takes the same time at any length. ``"full"``: every record is checked, as
+            ``dpaccount ledger verify`` does.
 
     Returns:
         An `Accountant` whose store is the opened ledger.
@@ -262,7 +273,8 @@ def open_ledger(
         create = not adopt and not read_only
     if read_only and (migrate or create):
         raise ConfigError("a ledger opened read_only=True cannot be created or migrated")
-    store = open_store(url, name=name, key=key, create=bool(create), read_only=read_only)
+    store = open_store(url, name=name, key=key, create=bool(create), read_only=read_only,
+                       verify=verify)
     try:
         if adopt:
             if migrate:

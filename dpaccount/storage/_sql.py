@@ -44,15 +44,22 @@ __all__ = [
     "SUM_BITS",
     "LedgerTip",
     "RecordRow",
+    "Snapshot",
+    "SnapshotRow",
     "bounded_sum",
     "check_key",
     "check_not_behind",
     "check_records",
+    "check_since_snapshot",
+    "check_snapshots",
     "check_tip",
     "frac_text",
     "meta_hash",
     "missed_records",
     "renumberable",
+    "snapshot_link",
+    "snapshot_of",
+    "snapshot_settings",
     "split_at_seq",
     "sums_follow",
     "within_limits",
@@ -148,6 +155,89 @@ def bounded_sum(value: Fraction) -> Fraction:
 
 
 EMPTY_TIP = LedgerTip(0, GENESIS_HASH, Fraction(0), Fraction(0))
+
+#: A row of the snapshots table: (head, last_hash, epsilon_sum, delta_sum, settings,
+#: state, hash).
+SnapshotRow = tuple[int, str, str, str, str, "str | None", str]
+
+
+@attrs.frozen
+class Snapshot:
+    """A verified point of a ledger: its tip after ``head`` records and, when the rule's
+    state has an exact encoding, that state (what the accountant reopens from).
+
+    Attributes:
+        tip: The ledger's tip after ``tip.head`` records (count, last link, sums).
+        settings: Canonical JSON of the rule's description and the relation the state
+            was folded under (a snapshot under other settings is not used).
+        state: The rule's encoded state after those records, or None.
+        hash: Its link: over the tip, settings and state, chained to the last record's
+            link (HMAC under a keyed ledger's key).
+    """
+
+    tip: LedgerTip
+    settings: str
+    state: str | None
+    hash: str
+
+
+def snapshot_link(tip: LedgerTip, settings: str, state: str | None,
+                  key: LedgerKey | None) -> str:
+    """The link of a snapshot (see `Snapshot.hash`)."""
+    body = json.dumps({"head": tip.head, "epsilon_sum": frac_text(tip.epsilon_sum),
+                       "delta_sum": frac_text(tip.delta_sum), "settings": settings,
+                       "state": state}, sort_keys=True, separators=(",", ":"))
+    return link(tip.last_hash, b"snapshot\n" + body.encode(), key)
+
+
+def snapshot_of(row: SnapshotRow, key: LedgerKey | None) -> Snapshot:
+    """A snapshot row, its link checked.
+
+    Raises:
+        LedgerCorruptError: The row was altered (or written without the ledger's key).
+    """
+    head, last_hash, eps, delta, settings, state, link_ = row
+    tip = LedgerTip(int(head), str(last_hash), parse_frac(eps, "epsilon_sum"),
+                    parse_frac(delta, "delta_sum"))
+    if snapshot_link(tip, str(settings), state, key) != link_:
+        raise LedgerCorruptError(f"the snapshot at record {head} was altered", seq=int(head) - 1)
+    return Snapshot(tip, str(settings), state, str(link_))
+
+
+def snapshot_settings(meta: LedgerMeta) -> str:
+    """What a rule state depends on besides the records: the rule and the relation."""
+    return json.dumps({"relation": meta.relation.value, "rule": meta.rule}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def check_since_snapshot(snapshot: Snapshot, anchor: str | None, rows: list[RecordRow],
+                         cached: LedgerTip, key: LedgerKey | None) -> list[LedgerRecord]:
+    """Verify a ledger from a snapshot on: the record before it still has the link it
+    recorded (``anchor``), the records since continue the chain, and the cached tip is
+    the snapshot's tip plus those records.
+
+    Raises:
+        LedgerCorruptError: Any of these fails (the seq of the first bad record).
+    """
+    head = snapshot.tip.head
+    if anchor != snapshot.tip.last_hash:
+        raise LedgerCorruptError(
+            f"record {head - 1} is not the one the snapshot at record {head} verified",
+            seq=head - 1,
+        )
+    records = check_records(rows, head, snapshot.tip.last_hash, key)
+    tip = snapshot.tip
+    for record, row in zip(records, rows, strict=True):
+        tip = tip.after(record, row[3])
+    if tip.head < cached.head:
+        raise LedgerCorruptError(
+            f"record {tip.head} is missing: the ledger says it holds {cached.head} "
+            f"records but only {tip.head} are stored (truncated)", seq=tip.head)
+    if tip != cached:
+        raise LedgerCorruptError(
+            "the ledger's cached totals or last hash do not equal what its snapshot and "
+            f"the {len(records)} records since give", seq=max(tip.head - 1, 0))
+    return records
 
 
 def within_limits(
@@ -474,3 +564,30 @@ def sums_follow(old_epsilon: str, old_delta: str, new_epsilon: str, new_delta: s
                 and _adds_up(old_delta, match[1], new_delta))
     except (ValueError, TypeError, ZeroDivisionError):
         return False
+
+
+def check_snapshots(snapshot_rows: Iterable[SnapshotRow], records: Sequence[LedgerRecord],
+                    rows: Sequence[RecordRow], key: LedgerKey | None) -> list[Snapshot]:
+    """Check every stored snapshot against the records (a full verification): its link,
+    and that its tip is the running tip of the records up to its head.
+
+    Raises:
+        LedgerCorruptError: A snapshot was altered, or points past the records or at a
+            different chain.
+    """
+    snapshots = [snapshot_of(row, key) for row in snapshot_rows]
+    wanted = {snap.tip.head: snap for snap in snapshots}
+    tip = EMPTY_TIP
+    for record, row in zip(records, rows, strict=True):
+        tip = tip.after(record, row[3])
+        snap = wanted.pop(tip.head, None)
+        if snap is not None and snap.tip != tip:
+            raise LedgerCorruptError(
+                f"the snapshot at record {tip.head} does not match the records before it",
+                seq=tip.head - 1,
+            )
+    if wanted:
+        head = min(wanted)
+        raise LedgerCorruptError(f"a snapshot at record {head} is beyond the records",
+                                 seq=len(records))
+    return snapshots

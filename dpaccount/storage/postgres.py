@@ -90,10 +90,14 @@ from dpaccount.storage._sql import (
     LedgerTip,
     MetaRow,
     RecordRow,
+    Snapshot,
+    SnapshotRow,
     check_key,
     check_meta_history,
     check_not_behind,
     check_records,
+    check_since_snapshot,
+    check_snapshots,
     check_tip,
     frac_text,
     meta_hash,
@@ -101,6 +105,8 @@ from dpaccount.storage._sql import (
     parse_frac,
     parse_meta,
     renumberable,
+    snapshot_link,
+    snapshot_of,
     tip_of,
     within_limits,
 )
@@ -158,9 +164,19 @@ def _schema_sql(schema: str) -> list[str]:
             prev_hash text NOT NULL,
             hash text NOT NULL,
             PRIMARY KEY (ledger, version))""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.snapshots (
+            ledger text NOT NULL REFERENCES {s}.ledgers (name),
+            head bigint NOT NULL CHECK (head > 0),
+            last_hash text NOT NULL,
+            epsilon_sum text NOT NULL,
+            delta_sum text NOT NULL,
+            settings text NOT NULL,
+            state text,
+            hash text NOT NULL,
+            PRIMARY KEY (ledger, head))""",
         refuse,
     ]
-    for table in ("records", "meta_history"):
+    for table in ("records", "meta_history", "snapshots"):
         statements.append(
             f"CREATE OR REPLACE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE "
             f"ON {s}.{table} FOR EACH ROW EXECUTE FUNCTION {s}.dpaccount_append_only()"
@@ -418,6 +434,8 @@ class PostgresStore:
         read_only: Open for reading only (dashboards, auditors): nothing is created,
             the session refuses writes (``default_transaction_read_only``), and every
             write raises `ReadOnlyLedgerError`.
+        full_verify: Check the whole ledger when it is opened (`verify`) instead of
+            from its latest snapshot on (`verify_recent`, O(records since)).
 
     Raises:
         ImportError: psycopg is not installed (``pip install "dpaccount[postgres]"``).
@@ -436,6 +454,7 @@ class PostgresStore:
         commit: Commit = "group",
         key: LedgerKey | None = None,
         read_only: bool = False,
+        full_verify: bool = False,
     ) -> None:
         try:
             import psycopg
@@ -459,6 +478,9 @@ class PostgresStore:
         self.lock_timeout = float(lock_timeout)
         self._key = key
         self.read_only = bool(read_only)
+        self.full_verify = bool(full_verify)
+        #: The snapshot opening verified from (the accountant reopens from its state).
+        self.snapshot: Snapshot | None = None
         self._conninfo = conninfo
         self._s = f'"{schema}"'
         # Prepared once per connection (see _prepare), run from one multi-statement
@@ -553,7 +575,7 @@ class PostgresStore:
                 )
             self._check_key()
             self.check_functions()
-            self.verify()
+            self._verify_on_open()
             row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
             self._meta_text = str(row[0])
             return parse_meta(self._meta_text)
@@ -570,7 +592,7 @@ class PostgresStore:
         self._write(create)
         self._check_key()
         self.check_functions()
-        self.verify()
+        self._verify_on_open()
         row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
         if row is None:  # pragma: no cover - the row was just written
             raise StorageError(f"ledger {self.name!r} vanished after it was created")
@@ -929,11 +951,98 @@ class PostgresStore:
             history = cur.fetchall()
             cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
             check_meta_history(history, cur.fetchone()[0], self._key)
+            check_snapshots(self._snapshot_rows(cur), records, rows, self._key)
             return cached
 
         tip = self._read(check, repeatable=True)
         self._tip_cache = tip
         return tip
+
+    def verify_recent(self) -> LedgerTip:
+        """Check a ledger from its latest snapshot on (what opening does): the record
+        before the snapshot still has the link it recorded, the records since continue
+        the chain, the cached tip is the snapshot's plus theirs, and the settings history
+        is intact. Without a snapshot, the whole ledger is checked (`verify`).
+        Sets `snapshot` to the snapshot it started from.
+
+        Raises:
+            LedgerCorruptError: With ``.seq`` set to the first bad record.
+            StorageError: The ledger does not exist.
+        """
+        s = self._s
+        self._check_key()
+
+        def check(cur: Any) -> LedgerTip | None:
+            cached = self._tip_row(cur)
+            if cached is None:
+                raise StorageError(f"there is no ledger named {self.name!r}")
+            latest = self._snapshot_rows(cur, latest=True)
+            if not latest:
+                return None
+            snap = snapshot_of(latest[0], self._key)
+            rows: list[RecordRow] = cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s AND seq >= %s "
+                "ORDER BY seq", (self.name, snap.tip.head - 1),
+            ).fetchall()
+            anchor = None
+            if rows and rows[0][0] == snap.tip.head - 1:
+                anchor = str(rows.pop(0)[3])
+            check_since_snapshot(snap, anchor, rows, cached, self._key)
+            history = cur.execute(
+                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
+                "WHERE ledger = %s ORDER BY version", (self.name,),
+            ).fetchall()
+            current = cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s",
+                                  (self.name,)).fetchone()[0]
+            check_meta_history(history, current, self._key)
+            self.snapshot = snap
+            return cached
+
+        tip = self._read(check, repeatable=True)
+        if tip is None:
+            return self.verify()
+        self._tip_cache = tip
+        return tip
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every stored snapshot, oldest first, each link checked."""
+        rows = self._read(lambda cur: self._snapshot_rows(cur))
+        return [snapshot_of(row, self._key) for row in rows]
+
+    def write_snapshot(self, head: int, settings: str, state: str | None) -> bool:
+        """Store a snapshot of the ledger after ``head`` records, if that is still its
+        head (else nothing is written and False is returned)."""
+
+        def insert(cur: Any) -> bool:
+            tip = self._locked_tip(cur, lock=True)
+            if tip.head != head or head == 0:
+                return False
+            cur.execute(
+                f"INSERT INTO {self._s}.snapshots VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (self.name, head, tip.last_hash, frac_text(tip.epsilon_sum),
+                 frac_text(tip.delta_sum), settings, state,
+                 snapshot_link(tip, settings, state, self._key)),
+            )
+            return bool(cur.rowcount == 1)
+
+        return self._write(insert)
+
+    def _snapshot_rows(self, cur: Any, latest: bool = False) -> list[SnapshotRow]:
+        rows = cur.execute(
+            "SELECT head, last_hash, epsilon_sum, delta_sum, settings, state, hash FROM "
+            f"{self._s}.snapshots WHERE ledger = %s ORDER BY head"
+            + (" DESC LIMIT 1" if latest else ""), (self.name,),
+        ).fetchall()
+        return [tuple(r) for r in rows]
+
+    def _verify_on_open(self) -> None:
+        if self.full_verify:
+            self.verify()
+            latest = self._read(lambda cur: self._snapshot_rows(cur, latest=True))
+            self.snapshot = snapshot_of(latest[0], self._key) if latest else None
+        else:
+            self.verify_recent()
 
     def migrate(self, meta: LedgerMeta) -> bool:
         """Replace the ledger's metadata, recording the change in its meta history.
@@ -993,9 +1102,11 @@ class PostgresStore:
         def present() -> bool:
             return bool(conn.execute(
                 "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
-                "AND to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
+                "AND to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
+                "AND to_regclass(%s) IS NOT NULL",
                 (f"{self._s}.meta_history", f"{self._s}.{_WITHIN_SIGNATURE}",
-                 f"{self._s}.{_TIP_FUNCTION}()", f"{self._s}.{_SUMS_FUNCTION}()"),
+                 f"{self._s}.{_TIP_FUNCTION}()", f"{self._s}.{_SUMS_FUNCTION}()",
+                 f"{self._s}.snapshots"),
             ).fetchone()[0])
 
         if present():
@@ -1455,7 +1566,8 @@ class PostgresStore:
         """The protective triggers that are missing or disabled (dropped or switched off)."""
         expected = {"records_append_only", "records_no_truncate", "meta_history_append_only",
                     "meta_history_no_truncate", "ledgers_keep", "ledgers_tip_moves_forward",
-                    "ledgers_sums_follow_records"}
+                    "ledgers_sums_follow_records", "snapshots_append_only",
+                    "snapshots_no_truncate"}
 
         def get(conn: Any) -> list[str]:
             rows = conn.execute(

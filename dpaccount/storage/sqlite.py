@@ -65,10 +65,14 @@ from dpaccount.storage._sql import (
     LedgerTip,
     MetaRow,
     RecordRow,
+    Snapshot,
+    SnapshotRow,
     check_key,
     check_meta_history,
     check_not_behind,
     check_records,
+    check_since_snapshot,
+    check_snapshots,
     check_tip,
     frac_text,
     meta_hash,
@@ -76,6 +80,8 @@ from dpaccount.storage._sql import (
     parse_frac,
     parse_meta,
     renumberable,
+    snapshot_link,
+    snapshot_of,
     sums_follow,
     tip_of,
     within_limits,
@@ -124,6 +130,27 @@ _SCHEMA = (
         hash TEXT NOT NULL,
         PRIMARY KEY (ledger, version)
     ) STRICT, WITHOUT ROWID
+    """,
+    """
+    CREATE TABLE IF NOT EXISTS snapshots (
+        ledger TEXT NOT NULL REFERENCES ledgers (name),
+        head INTEGER NOT NULL CHECK (head > 0),
+        last_hash TEXT NOT NULL,
+        epsilon_sum TEXT NOT NULL,
+        delta_sum TEXT NOT NULL,
+        settings TEXT NOT NULL,
+        state TEXT,
+        hash TEXT NOT NULL,
+        PRIMARY KEY (ledger, head)
+    ) STRICT, WITHOUT ROWID
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS snapshots_append_only_update BEFORE UPDATE ON snapshots
+    BEGIN SELECT RAISE(ABORT, 'dpaccount snapshots are append-only'); END
+    """,
+    """
+    CREATE TRIGGER IF NOT EXISTS snapshots_append_only_delete BEFORE DELETE ON snapshots
+    BEGIN SELECT RAISE(ABORT, 'dpaccount snapshots are append-only'); END
     """,
     """
     CREATE TRIGGER IF NOT EXISTS records_append_only_update BEFORE UPDATE ON records
@@ -202,6 +229,8 @@ class SQLiteStore:
         read_only: Open for reading only (dashboards, auditors): nothing is created or
             upgraded, the connection refuses writes (``PRAGMA query_only``), and every
             write raises `ReadOnlyLedgerError`.
+        full_verify: Check the whole ledger when it is opened (`verify`) instead of
+            from its latest snapshot on (`verify_recent`, O(records since)).
 
     Raises:
         StorageError: The file cannot be opened as a dpaccount ledger database.
@@ -216,10 +245,14 @@ class SQLiteStore:
         create: bool = True,
         key: LedgerKey | None = None,
         read_only: bool = False,
+        full_verify: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
         self.read_only = bool(read_only)
+        self.full_verify = bool(full_verify)
+        #: The snapshot opening verified from (the accountant reopens from its state).
+        self.snapshot: Snapshot | None = None
         create = create and not self.read_only
         self.path = os.fspath(path)
         self.name = name
@@ -311,7 +344,7 @@ class SQLiteStore:
             self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
 
         self._write(create)
-        self.verify()
+        self._verify_on_open()
         text = self._read(lambda cur: cur.execute(
             "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone())
         if text is None:  # pragma: no cover - the row was just written
@@ -328,7 +361,7 @@ class SQLiteStore:
                 f"there is no ledger named {self.name!r} in {self.path!r} (opened "
                 "read-only: nothing was created)"
             )
-        self.verify()
+        self._verify_on_open()
         self._meta_text = str(text[0])
         return parse_meta(self._meta_text)
 
@@ -615,9 +648,84 @@ class SQLiteStore:
                 "SELECT meta FROM ledgers WHERE name = ?", (self.name,)
             ).fetchone()[0]
             check_meta_history(meta_rows, current, self._key)
+            check_snapshots(self._snapshot_rows(cur), records, rows, self._key)
             return cached
 
         return self._read(check)
+
+    def verify_recent(self) -> LedgerTip:
+        """Check a ledger from its latest snapshot on (what opening does): the record
+        before the snapshot still has the link it recorded, the records since continue
+        the chain, the cached tip is the snapshot's plus theirs, and the settings history
+        is intact. Without a snapshot, the whole ledger is checked (`verify`).
+        Sets `snapshot` to the snapshot it started from.
+
+        Raises:
+            LedgerCorruptError: With ``.seq`` set to the first bad record.
+            StorageError: The ledger does not exist.
+        """
+
+        def check(cur: sqlite3.Cursor) -> LedgerTip | None:
+            cached = self._tip(cur)
+            if cached is None:
+                raise StorageError(f"there is no ledger named {self.name!r} in {self.path!r}")
+            self._check_key(cur)
+            rows = self._snapshot_rows(cur, latest=True)
+            if not rows:
+                return None
+            snap = snapshot_of(rows[0], self._key)
+            anchor = cur.execute(
+                "SELECT hash FROM records WHERE ledger = ? AND seq = ?",
+                (self.name, snap.tip.head - 1),
+            ).fetchone()
+            since: list[RecordRow] = cur.execute(
+                f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? "
+                "ORDER BY seq", (self.name, snap.tip.head),
+            ).fetchall()
+            check_since_snapshot(snap, None if anchor is None else str(anchor[0]), since,
+                                 cached, self._key)
+            meta_rows = cur.execute(
+                "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
+                "WHERE ledger = ? ORDER BY version", (self.name,),
+            ).fetchall()
+            current = cur.execute(
+                "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone()[0]
+            check_meta_history(meta_rows, current, self._key)
+            self.snapshot = snap
+            return cached
+
+        tip = self._read(check)
+        return self.verify() if tip is None else tip
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every stored snapshot, oldest first, each link checked."""
+        rows = self._read(lambda cur: self._snapshot_rows(cur))
+        return [snapshot_of(row, self._key) for row in rows]
+
+    def write_snapshot(self, head: int, settings: str, state: str | None) -> bool:
+        """Store a snapshot of the ledger after ``head`` records, if that is still its
+        head (else nothing is written and False is returned)."""
+
+        def insert(cur: sqlite3.Cursor) -> bool:
+            tip = self._locked_tip(cur)
+            if tip.head != head or head == 0:
+                return False
+            link_ = snapshot_link(tip, settings, state, self._key)
+            cur.execute(
+                "INSERT OR IGNORE INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.name, head, tip.last_hash, frac_text(tip.epsilon_sum),
+                 frac_text(tip.delta_sum), settings, state, link_),
+            )
+            return cur.rowcount == 1
+
+        return self._write(insert)
+
+    def _snapshot_rows(self, cur: sqlite3.Cursor, latest: bool = False) -> list[SnapshotRow]:
+        return cur.execute(
+            "SELECT head, last_hash, epsilon_sum, delta_sum, settings, state, hash FROM "
+            "snapshots WHERE ledger = ? ORDER BY head" + (" DESC LIMIT 1" if latest else ""),
+            (self.name,),
+        ).fetchall()
 
     def migrate(self, meta: LedgerMeta) -> bool:
         """Replace the ledger's metadata, recording the change in its meta history.
@@ -662,7 +770,8 @@ class SQLiteStore:
         """The names of the protective triggers that are not in the database (dropped)."""
         expected = {"records_append_only_update", "records_append_only_delete",
                     "meta_history_append_only_update", "meta_history_append_only_delete",
-                    "ledgers_keep", "ledgers_tip_moves_forward"}
+                    "ledgers_keep", "ledgers_tip_moves_forward",
+                    "snapshots_append_only_update", "snapshots_append_only_delete"}
         present = set(self._read(lambda cur: [
             str(r[0]) for r in cur.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
         ]))
@@ -732,6 +841,14 @@ class SQLiteStore:
             parse_frac(row[2], "epsilon_sum"),
             parse_frac(row[3], "delta_sum"),
         )
+
+    def _verify_on_open(self) -> None:
+        if self.full_verify:
+            self.verify()
+            latest = self._read(lambda cur: self._snapshot_rows(cur, latest=True))
+            self.snapshot = snapshot_of(latest[0], self._key) if latest else None
+        else:
+            self.verify_recent()
 
     def _keyed(self, meta: LedgerMeta) -> LedgerMeta:
         """``meta`` naming this store's key (or none)."""

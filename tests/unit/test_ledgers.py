@@ -65,7 +65,7 @@ def test_postgres_url_options_are_stripped(monkeypatch: pytest.MonkeyPatch) -> N
     open_store("postgres://u@h:5/db?schema=s1&lock_timeout=3&sslmode=disable", name="L")
     assert seen == {"conninfo": "postgresql://u@h:5/db?sslmode=disable", "name": "L",
                     "schema": "s1", "lock_timeout": 3.0, "commit": "group", "key": None,
-                    "read_only": False}
+                    "read_only": False, "full_verify": False}
     open_store("postgres://u@h:5/db?commit=sync", name="L")
     assert seen["commit"] == "sync" and seen["conninfo"] == "postgresql://u@h:5/db"
 

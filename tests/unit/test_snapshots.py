@@ -1,0 +1,228 @@
+"""Opening in O(records since the latest snapshot) (issue: ledgers for a data platform,
+item 1): exact rule-state snapshots, checked incrementally on open and fully by
+``dpaccount ledger verify``."""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from storage_helpers import PG_URL, pg_schema
+
+from dpaccount import Budget, GaussianCharge, LaplaceCharge, PrivacyCost, open_ledger
+from dpaccount.accountant import SNAPSHOT_EVERY
+from dpaccount.composition import make_rule
+from dpaccount.composition.states import decode_state, encode_state
+from dpaccount.errors import LedgerCorruptError
+from dpaccount.keys import LedgerKey
+from dpaccount.ledger_cli import ledger_main
+from dpaccount.storage._sql import snapshot_link
+
+
+def _same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    for field in attrs.fields(type(a)):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray):
+            if x.tolist() != y.tolist():
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+COSTS = st.builds(PrivacyCost, st.fractions(0, 2, max_denominator=10**6),
+                  st.sampled_from([0, "1e-9", "1e-8"]))
+GAUSSIANS = st.builds(lambda s: GaussianCharge(sigma=s, sensitivity=1, epsilon=1),
+                      st.integers(2, 50))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["basic", "filter", "rdp", "gdp", "advanced"]), st.data())
+def test_every_rule_state_survives_encoding_exactly(rule_name: str, data: Any) -> None:
+    budget = Budget(50, "1e-5")
+    options: dict[str, Any] = {"budget": budget}
+    charges = data.draw(st.lists(GAUSSIANS if rule_name in ("gdp", "rdp") else COSTS,
+                                 max_size=12))
+    if rule_name == "advanced":
+        options["plan"] = (PrivacyCost(2, "1e-8"), 20)
+    rule = make_rule(rule_name, **options)
+    state = rule.start()
+    for charge in charges:
+        state = rule.extend(state, charge)
+    text = encode_state(state)
+    assert text is not None
+    back = decode_state(text)
+    assert _same(back, state)
+    assert rule.total(back) == rule.total(state)
+    assert encode_state(back) == text
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'snap.db'}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    for schema in pg_schema():
+        yield f"{PG_URL}?schema={schema}"
+
+
+@pytest.fixture(params=["sqlite_url", "pg_url"])
+def url(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(request.param))
+
+
+STEP = GaussianCharge(sigma=40, sensitivity=1, epsilon=1)
+
+
+def _fill(url: str, n: int, rule: str = "rdp", key: LedgerKey | None = None) -> PrivacyCost:
+    with open_ledger(url, name="L", budget=Budget(100, "1e-5"), rule=rule, key=key) as acct:
+        for _ in range(n):
+            acct.charge(STEP if rule == "rdp" else PrivacyCost("0.01"))
+        return acct.spent
+
+
+def test_reopening_reads_only_the_records_since_the_latest_snapshot(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spent = _fill(url, SNAPSHOT_EVERY + 40)
+    with open_ledger(url, name="L") as acct:
+        snaps = acct.store.snapshots()  # type: ignore[attr-defined]
+        assert [s.tip.head for s in snaps] == [SNAPSHOT_EVERY, SNAPSHOT_EVERY + 40]  # +close
+        acct.charge(STEP)
+        acct.charge(STEP)
+    replayed = make_replay(url)
+    starts: list[int] = []
+    from dpaccount.storage import postgres, sqlite
+
+    for cls in (sqlite.SQLiteStore, postgres.PostgresStore):
+        original = cls.read
+
+        def spy(self: Any, start: int = 0, original: Any = original) -> Any:
+            starts.append(start)
+            return original(self, start)
+
+        monkeypatch.setattr(cls, "read", spy)
+    with open_ledger(url, name="L") as again:
+        assert again.spent == replayed  # the resumed state is the replayed one
+        assert spent.epsilon < again.spent.epsilon
+    assert starts and min(starts) == SNAPSHOT_EVERY + 40  # never from record 0
+
+
+def make_replay(url: str) -> PrivacyCost:
+    """The spend by replaying every record from the first (a second method)."""
+    with open_ledger(url, name="L", read_only=True, verify="full") as acct:
+        rule = make_rule("rdp", budget=Budget(100, "1e-5"))
+        state = rule.start()
+        for record in acct.store.read(0):
+            state = rule.extend(state, record.charge)
+        return rule.total(state)
+
+
+def test_a_snapshot_under_other_settings_is_not_resumed(sqlite_url: str) -> None:
+    _fill(sqlite_url, SNAPSHOT_EVERY, rule="basic")
+    with open_ledger(sqlite_url, name="L", budget=Budget(100, "1e-5"), rule="filter",
+                     migrate=True) as acct:
+        assert acct.rule.name == "filter"
+        state = acct._state  # type: ignore[attr-defined]
+        rule = make_rule("filter", budget=Budget(100, "1e-5"))
+        replay = rule.start()
+        for _ in range(SNAPSHOT_EVERY):
+            replay = rule.extend(replay, PrivacyCost("0.01"))
+        assert _same(state, replay)
+
+
+def _edit_snapshot(url: str, state: str, relink: bool) -> None:
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TRIGGER IF EXISTS snapshots_append_only_update")
+        row = conn.execute("SELECT head, last_hash, epsilon_sum, delta_sum, settings FROM "
+                           "snapshots ORDER BY head DESC LIMIT 1").fetchone()
+        conn.execute("UPDATE snapshots SET state = ? WHERE head = ?", (state, row[0]))
+        if relink:
+            from dpaccount.storage._sql import LedgerTip, parse_frac
+
+            tip = LedgerTip(row[0], row[1], parse_frac(row[2], "e"), parse_frac(row[3], "d"))
+            conn.execute("UPDATE snapshots SET hash = ? WHERE head = ?",
+                         (snapshot_link(tip, row[4], state, None), row[0]))
+        conn.execute("CREATE TRIGGER snapshots_append_only_update BEFORE UPDATE ON snapshots "
+                     "BEGIN SELECT RAISE(ABORT, 'append-only'); END")  # covering the tracks
+    conn.close()
+
+
+def test_a_forged_snapshot_state(sqlite_url: str, tmp_path: Path) -> None:
+    _fill(sqlite_url, SNAPSHOT_EVERY, rule="basic")
+    zero = encode_state(make_rule("basic").start())
+    assert zero is not None
+    _edit_snapshot(sqlite_url, zero, relink=False)
+    with pytest.raises(LedgerCorruptError, match="snapshot at record 256 was altered"):
+        open_ledger(sqlite_url, name="L")
+    _edit_snapshot(sqlite_url, zero, relink=True)  # a consistent forgery, without a key
+    with open_ledger(sqlite_url, name="L") as fooled:  # opening trusts it (documented) ...
+        assert fooled.spent == PrivacyCost(0)
+    out = io.StringIO()  # ... the full verification replays the rule and refuses it
+    assert ledger_main(["ledger", "verify", sqlite_url, "--name", "L"], out=out) == 1
+    assert "holds a rule state that its records do not give" in out.getvalue()
+    with open_ledger(sqlite_url, name="L", verify="full") as careful:
+        assert careful.spent == PrivacyCost(SNAPSHOT_EVERY * PrivacyCost("0.01").epsilon)
+
+
+def test_a_keyed_snapshot_cannot_be_forged(sqlite_url: str) -> None:
+    key = LedgerKey.from_hex("42" * 32)
+    _fill(sqlite_url, SNAPSHOT_EVERY, rule="basic", key=key)
+    zero = encode_state(make_rule("basic").start())
+    assert zero is not None
+    _edit_snapshot(sqlite_url, zero, relink=True)  # relinked with SHA-256: no key
+    with pytest.raises(LedgerCorruptError, match="altered"):
+        open_ledger(sqlite_url, name="L", key=key)
+
+
+def test_a_truncation_below_the_snapshot_is_refused(url: str) -> None:
+    _fill(url, SNAPSHOT_EVERY + 5, rule="basic")
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute("DROP TRIGGER records_append_only_delete")
+            conn.execute("DELETE FROM records WHERE seq >= 100")
+        conn.close()
+    else:
+        import psycopg
+
+        schema = url.split("schema=")[1]
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'ALTER TABLE "{schema}".records DISABLE TRIGGER USER')
+            conn.execute(f'DELETE FROM "{schema}".records WHERE seq >= 100')
+    with pytest.raises(LedgerCorruptError):
+        open_ledger(url, name="L")
+
+
+def test_ledger_verify_checks_every_snapshot_state(url: str) -> None:
+    _fill(url, SNAPSHOT_EVERY + 20)
+    out = io.StringIO()
+    assert ledger_main(["ledger", "verify", url, "--name", "L"], out=out) == 0
+    with open_ledger(url, name="L", read_only=True) as acct:
+        states = [s.state for s in acct.store.snapshots()]  # type: ignore[attr-defined]
+    assert len(states) == 2 and all(json.loads(s)["kind"] == "rdp" for s in states)
+
+
+def test_a_laplace_ledger_under_pld_resumes_too(sqlite_url: str) -> None:
+    plan = (LaplaceCharge(scale=200, sensitivity=1), 400)
+    with open_ledger(sqlite_url, name="P", budget=Budget(5, "1e-6"), rule="pld",
+                     plan=plan) as acct:
+        for _ in range(SNAPSHOT_EVERY + 1):
+            acct.charge(LaplaceCharge(scale=200, sensitivity=1))
+        spent = acct.spent
+    with open_ledger(sqlite_url, name="P", rule="pld", plan=plan) as again:
+        assert again._head == SNAPSHOT_EVERY + 1  # type: ignore[attr-defined]
+        assert again.spent == spent
