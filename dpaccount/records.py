@@ -362,6 +362,32 @@ def encode_record(record: LedgerRecord) -> RecordModel:
     )
 
 
+#: Decoded (charge, cost) pairs by their validated serialised form: a ledger repeats a
+#: few charges many times, and rebuilding and re-checking each is most of a decode.
+_DECODED: dict[tuple[Any, CostModel], tuple[Charge, PrivacyCost]] = {}
+_DECODED_MAX = 4096
+
+
+def _charge_and_cost(model: RecordModel) -> tuple[Charge, PrivacyCost]:
+    key = (model.charge, model.cost)
+    found = _DECODED.get(key)
+    if found is not None:
+        return found
+    charge = decode_charge(model.charge)
+    cost = PrivacyCost(_unfrac(model.cost.epsilon), _unfrac(model.cost.delta))
+    from dpaccount.charges import cost_of
+
+    if cost_of(charge) != cost:
+        raise LedgerCorruptError(
+            f"record {model.seq}: the stored cost {cost} does not match its charge",
+            seq=model.seq,
+        )
+    if len(_DECODED) >= _DECODED_MAX:
+        _DECODED.clear()
+    _DECODED[key] = (charge, cost)
+    return charge, cost
+
+
 def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRecord:
     """Validate and rebuild a record; any defect raises `LedgerCorruptError`."""
     try:
@@ -371,17 +397,9 @@ def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRec
             model = RecordModel.model_validate(data)
         else:
             model = RecordModel.model_validate_json(data)
-        charge = decode_charge(model.charge)
-        cost = PrivacyCost(_unfrac(model.cost.epsilon), _unfrac(model.cost.delta))
+        charge, cost = _charge_and_cost(model)
     except (pydantic.ValidationError, InvalidCostError, ValueError, ZeroDivisionError) as exc:
         raise LedgerCorruptError(f"a stored record is invalid: {exc}") from exc
-    from dpaccount.charges import cost_of
-
-    if cost_of(charge) != cost:
-        raise LedgerCorruptError(
-            f"record {model.seq}: the stored cost {cost} does not match its charge",
-            seq=model.seq,
-        )
     return LedgerRecord(
         seq=model.seq,
         label=model.label,

@@ -20,10 +20,12 @@ Nothing here knows about differential privacy; the checks are about integrity on
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
 import attrs
 import pydantic
@@ -48,10 +50,10 @@ __all__ = [
     "SnapshotRow",
     "bounded_sum",
     "check_key",
+    "check_ledger",
     "check_not_behind",
     "check_records",
     "check_since_snapshot",
-    "check_snapshots",
     "check_tip",
     "frac_text",
     "meta_hash",
@@ -566,28 +568,72 @@ def sums_follow(old_epsilon: str, old_delta: str, new_epsilon: str, new_delta: s
         return False
 
 
-def check_snapshots(snapshot_rows: Iterable[SnapshotRow], records: Sequence[LedgerRecord],
-                    rows: Sequence[RecordRow], key: LedgerKey | None) -> list[Snapshot]:
-    """Check every stored snapshot against the records (a full verification): its link,
-    and that its tip is the running tip of the records up to its head.
+def running_tips(records: Sequence[LedgerRecord], rows: Sequence[RecordRow],
+                 heads: Iterable[int] = ()) -> tuple[LedgerTip, dict[int, LedgerTip]]:
+    """The tip after all records and after each of ``heads``, exactly as adding the
+    records one by one with `LedgerTip.after` gives them.
+
+    While the least common multiple of the costs' denominators fits in `SUM_BITS`, no
+    running sum is ever rounded, so each sum is a sum of counts times distinct costs
+    (counted, not added, per record); otherwise the records are added one by one.
+    """
+    wanted = set(heads)
+    counts: dict[int, list[Any]] = {}  # id(cost) -> [cost, count] (costs are shared)
+    lcm_e = lcm_d = 1
+    at: dict[int, LedgerTip] = {}
+
+    def tip(n: int) -> LedgerTip:
+        eps = sum((c.epsilon * k for c, k in counts.values()), Fraction(0))
+        delta = sum((c.delta * k for c, k in counts.values()), Fraction(0))
+        return LedgerTip(n, rows[n - 1][3] if n else GENESIS_HASH, eps, delta)
+
+    for n, record in enumerate(records, 1):
+        cost = record.cost
+        entry = counts.get(id(cost))
+        if entry is None:
+            lcm_e = math.lcm(lcm_e, cost.epsilon.denominator)
+            lcm_d = math.lcm(lcm_d, cost.delta.denominator)
+            if lcm_e.bit_length() > SUM_BITS or lcm_d.bit_length() > SUM_BITS:
+                return _running_tips_one_by_one(records, rows, wanted)
+            counts[id(cost)] = [cost, 1]
+        else:
+            entry[1] += 1
+        if n in wanted:
+            at[n] = tip(n)
+    return tip(len(records)), at
+
+
+def _running_tips_one_by_one(records: Sequence[LedgerRecord], rows: Sequence[RecordRow],
+                             wanted: set[int]) -> tuple[LedgerTip, dict[int, LedgerTip]]:
+    running, at = EMPTY_TIP, {}
+    for record, row in zip(records, rows, strict=True):
+        running = running.after(record, row[3])
+        if running.head in wanted:
+            at[running.head] = running
+    return running, at
+
+
+def check_ledger(rows: Sequence[RecordRow], cached: LedgerTip,
+                 snapshot_rows: Sequence[SnapshotRow], key: LedgerKey | None
+                 ) -> list[LedgerRecord]:
+    """Verify a whole ledger's records: decoded, chained from the genesis hash, the cached
+    tip what they add up to, and every snapshot's link and tip those of the records up
+    to its head.
 
     Raises:
-        LedgerCorruptError: A snapshot was altered, or points past the records or at a
-            different chain.
+        LedgerCorruptError: With the seq of the first bad record.
     """
+    records = check_records(rows, 0, GENESIS_HASH, key)
     snapshots = [snapshot_of(row, key) for row in snapshot_rows]
-    wanted = {snap.tip.head: snap for snap in snapshots}
-    tip = EMPTY_TIP
-    for record, row in zip(records, rows, strict=True):
-        tip = tip.after(record, row[3])
-        snap = wanted.pop(tip.head, None)
-        if snap is not None and snap.tip != tip:
+    final, at = running_tips(records, rows, (snap.tip.head for snap in snapshots))
+    check_tip(final, cached, records)
+    for snap in snapshots:
+        if snap.tip.head > len(records):
             raise LedgerCorruptError(
-                f"the snapshot at record {tip.head} does not match the records before it",
-                seq=tip.head - 1,
-            )
-    if wanted:
-        head = min(wanted)
-        raise LedgerCorruptError(f"a snapshot at record {head} is beyond the records",
-                                 seq=len(records))
-    return snapshots
+                f"a snapshot at record {snap.tip.head} is beyond the records",
+                seq=len(records))
+        if at[snap.tip.head] != snap.tip:
+            raise LedgerCorruptError(
+                f"the snapshot at record {snap.tip.head} does not match the records before "
+                "it", seq=snap.tip.head - 1)
+    return records

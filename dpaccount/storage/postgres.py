@@ -93,12 +93,11 @@ from dpaccount.storage._sql import (
     Snapshot,
     SnapshotRow,
     check_key,
+    check_ledger,
     check_meta_history,
     check_not_behind,
     check_records,
     check_since_snapshot,
-    check_snapshots,
-    check_tip,
     frac_text,
     meta_hash,
     missed_records,
@@ -107,7 +106,6 @@ from dpaccount.storage._sql import (
     renumberable,
     snapshot_link,
     snapshot_of,
-    tip_of,
     within_limits,
 )
 from dpaccount.storage.base import AppendResult
@@ -941,8 +939,7 @@ class PostgresStore:
                 (self.name,),
             )
             rows: list[RecordRow] = cur.fetchall()
-            records = check_records(rows, 0, GENESIS_HASH, self._key)
-            check_tip(tip_of(records, rows[-1][3] if rows else GENESIS_HASH), cached, records)
+            check_ledger(rows, cached, self._snapshot_rows(cur), self._key)
             cur.execute(
                 f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
                 "WHERE ledger = %s ORDER BY version",
@@ -951,7 +948,6 @@ class PostgresStore:
             history = cur.fetchall()
             cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
             check_meta_history(history, cur.fetchone()[0], self._key)
-            check_snapshots(self._snapshot_rows(cur), records, rows, self._key)
             return cached
 
         tip = self._read(check, repeatable=True)

@@ -68,12 +68,11 @@ from dpaccount.storage._sql import (
     Snapshot,
     SnapshotRow,
     check_key,
+    check_ledger,
     check_meta_history,
     check_not_behind,
     check_records,
     check_since_snapshot,
-    check_snapshots,
-    check_tip,
     frac_text,
     meta_hash,
     missed_records,
@@ -83,7 +82,6 @@ from dpaccount.storage._sql import (
     snapshot_link,
     snapshot_of,
     sums_follow,
-    tip_of,
     within_limits,
 )
 from dpaccount.storage.base import AppendResult
@@ -636,9 +634,7 @@ class SQLiteStore:
                 f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? ORDER BY seq",
                 (self.name,),
             ).fetchall()
-            records = check_records(rows, 0, GENESIS_HASH, self._key)
-            actual = tip_of(records, rows[-1][3] if rows else GENESIS_HASH)
-            check_tip(actual, cached, records)
+            check_ledger(rows, cached, self._snapshot_rows(cur), self._key)
             meta_rows = cur.execute(
                 "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
                 "WHERE ledger = ? ORDER BY version",
@@ -648,7 +644,6 @@ class SQLiteStore:
                 "SELECT meta FROM ledgers WHERE name = ?", (self.name,)
             ).fetchone()[0]
             check_meta_history(meta_rows, current, self._key)
-            check_snapshots(self._snapshot_rows(cur), records, rows, self._key)
             return cached
 
         return self._read(check)
