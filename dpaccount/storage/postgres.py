@@ -1110,7 +1110,8 @@ class PostgresStore:
         if self.read_only:
             raise StorageError(
                 f"schema {self.schema!r} holds no dpaccount ledger tables this version can "
-                "read (opened read-only: nothing was created)"
+                "read (opened read-only: nothing was created; a schema made by an earlier "
+                "dpaccount is upgraded by opening it once without read_only)"
             )
         # A session lock, then a fresh transaction: a process that waited while another
         # created the schema checks again in a transaction that starts after that one

@@ -251,6 +251,7 @@ class SQLiteStore:
         self.full_verify = bool(full_verify)
         #: The snapshot opening verified from (the accountant reopens from its state).
         self.snapshot: Snapshot | None = None
+        self._has_snapshots = True
         create = create and not self.read_only
         self.path = os.fspath(path)
         self.name = name
@@ -716,6 +717,8 @@ class SQLiteStore:
         return self._write(insert)
 
     def _snapshot_rows(self, cur: sqlite3.Cursor, latest: bool = False) -> list[SnapshotRow]:
+        if not self._has_snapshots:
+            return []  # a file made before snapshots, opened read-only (not upgraded)
         return cur.execute(
             "SELECT head, last_hash, epsilon_sum, delta_sum, settings, state, hash FROM "
             "snapshots WHERE ledger = ? ORDER BY head" + (" DESC LIMIT 1" if latest else ""),
@@ -798,6 +801,7 @@ class SQLiteStore:
                     f"(tables version {version})"
                 )
             conn.execute("PRAGMA query_only = ON")
+            self._has_snapshots = version >= 3
             return
         if self.path != ":memory:":
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]

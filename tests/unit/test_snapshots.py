@@ -226,3 +226,21 @@ def test_a_laplace_ledger_under_pld_resumes_too(sqlite_url: str) -> None:
     with open_ledger(sqlite_url, name="P", rule="pld", plan=plan) as again:
         assert again._head == SNAPSHOT_EVERY + 1  # type: ignore[attr-defined]
         assert again.spent == spent
+
+
+def test_a_file_from_before_snapshots_opens_read_only_and_upgrades_for_writing(
+    sqlite_url: str,
+) -> None:
+    _fill(sqlite_url, 20, rule="basic")
+    path = sqlite_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:  # as dpaccount with tables version 2 left it
+        for trigger in ("snapshots_append_only_update", "snapshots_append_only_delete"):
+            conn.execute(f"DROP TRIGGER {trigger}")
+        conn.execute("DROP TABLE snapshots")
+        conn.execute("PRAGMA user_version = 2")
+    conn.close()
+    with open_ledger(sqlite_url, name="L", read_only=True) as dashboard:
+        assert len(dashboard.records) == 20
+    with open_ledger(sqlite_url, name="L") as writer:  # upgrades: snapshots come back
+        assert writer.store.snapshots() == []  # type: ignore[attr-defined]
+        assert writer.spent == PrivacyCost("0.2")
