@@ -32,13 +32,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dpaccount import Budget, PrivacyCost, open_ledger  # noqa: E402
-from dpaccount.charges import cost_of  # noqa: E402
-from dpaccount.composition.basic import BasicState  # noqa: E402
-from dpaccount.composition.states import encode_state  # noqa: E402
-from dpaccount.ledgers import open_store  # noqa: E402
-from dpaccount.records import GENESIS_HASH, LedgerRecord, chain_hash_payload  # noqa: E402
-from dpaccount.storage._sql import (  # noqa: E402
+from dpaccount import Budget, PrivacyCost, open_ledger
+from dpaccount.charges import cost_of
+from dpaccount.composition.basic import BasicState
+from dpaccount.composition.states import encode_state
+from dpaccount.ledgers import open_store
+from dpaccount.records import GENESIS_HASH, LedgerRecord, chain_hash_payload
+from dpaccount.storage._sql import (
     LedgerTip,
     frac_text,
     renumberable,
@@ -69,7 +69,7 @@ def build(url: str, name: str, n: int, raw: Any) -> None:
     open_ledger(url, name=name, budget=Budget(10**6)).close()
     rows, tip = _rows(n)
     with open_ledger(url, name=name, read_only=True) as acct:
-        meta = acct._meta  # noqa: SLF001 - the benchmark writes what the accountant would
+        meta = acct._meta
     settings = snapshot_settings(meta)
     state = encode_state(BasicState(tip.epsilon_sum, tip.delta_sum))
     snapshot = (name, n, tip.last_hash, frac_text(tip.epsilon_sum), frac_text(tip.delta_sum),

@@ -76,6 +76,7 @@ def ledger_settings(
     plan: Any,
     rule_options: Mapping[str, Any] | None,
     dataset_size: int | None,
+    parent: str | None = None,
 ) -> tuple[Rule[Any], LedgerMeta]:
     """Build a ledger's rule and the metadata stored with it (and compared on open).
 
@@ -99,7 +100,8 @@ def ledger_settings(
         if rule in RELATION_RULES:
             options.setdefault("relation", the_relation)
     the_rule = make_rule(rule, **options)
-    meta = LedgerMeta.build(name, budget, the_rule.describe(), the_relation, dataset_size)
+    meta = LedgerMeta.build(name, budget, the_rule.describe(), the_relation, dataset_size,
+                            parent)
     return the_rule, meta
 
 
@@ -158,6 +160,9 @@ class Accountant:
             the total delta to 1/n or more is refused, and a budget whose delta is at
             least 1/n gives a `DeltaWarning` (delta must be
             much smaller than 1/n: see the catastrophe mechanism in the docs).
+        parent: For a sub-budget, the parent ledger's name (stored with the ledger; see
+            `dpaccount.budgets`). `dpaccount.open_ledger` links the accountant to its
+            parents, so that every charge goes to all of them or to none.
 
     Raises:
         ConfigError: Unknown rule, a store whose ledger was created with another budget,
@@ -176,6 +181,7 @@ class Accountant:
         plan: Any = None,
         rule_options: Mapping[str, Any] | None = None,
         dataset_size: int | None = None,
+        parent: str | None = None,
     ) -> None:
         self._budget = _as_budget(budget)
         self._delta_cap: Fraction | None = None
@@ -191,7 +197,7 @@ class Accountant:
                     stacklevel=2,
                 )
         self._rule, meta = ledger_settings(
-            name, self._budget, rule, relation, plan, rule_options, dataset_size
+            name, self._budget, rule, relation, plan, rule_options, dataset_size, parent
         )
         if self._budget.epsilon is None and self._rule.spent_meaning is SpentMeaning.FILTER:
             raise ConfigError(
@@ -223,10 +229,15 @@ class Accountant:
         ):
             self._deciding_store = self._store
         self._lock = threading.RLock()
+        #: The parents a sub-budget's charges also go to (set by `open_ledger`).
+        self._linked: list[Accountant] = []
         self._read_only = bool(getattr(self._store, "read_only", False))
         stored = self._store.initialize(meta)
         # The store names its key (if any) in the stored settings and refuses another.
-        if stored != meta.model_copy(update={"key_id": stored.key_id}):
+        # A sub-budget opened without naming its parent keeps the stored one.
+        expected = meta.model_copy(update={
+            "key_id": stored.key_id, "parent": stored.parent if parent is None else parent})
+        if stored != expected:
             raise ConfigError(
                 f"ledger {name!r} was created with budget {stored.budget}, rule "
                 f"{stored.rule}, relation {stored.relation.value}, dataset size "
@@ -408,6 +419,11 @@ class Accountant:
             ReadOnlyLedgerError: The ledger was opened read-only; nothing was recorded.
             StorageError: The store failed; nothing was recorded (fail closed).
         """
+        if self._linked:
+            from dpaccount.budgets import charge_together
+
+            return charge_together([self, *self._linked], charge, label=label,
+                                   query_id=query_id)[0]
         charge = self._as_charge(charge)
         cost = cost_of(charge)
         _revalidate(cost)
@@ -654,6 +670,8 @@ class Accountant:
         with self._lock:
             self._maybe_snapshot(SNAPSHOT_ON_CLOSE)
         self._store.close()
+        for parent in self._linked:
+            parent.close()
 
     # -- snapshots ------------------------------------------------------------------
 

@@ -97,6 +97,8 @@ class BudgetExceededError(DPAccountError):
         would_be: The composed total the ledger would have reached (None when its delta
             would reach 1, which no cost can describe).
         rule: The name of the composition rule that made the decision.
+        ledger: The ledger that refused, when one charge went to several (a sub-budget
+            and its parents, a window of blocks); None otherwise.
     """
 
     def __init__(
@@ -107,16 +109,19 @@ class BudgetExceededError(DPAccountError):
         would_be: PrivacyCost | None,
         rule: str,
         reason: str | None = None,
+        ledger: str | None = None,
     ) -> None:
         self.requested = requested
         self.spent = spent
         self.budget = budget
         self.would_be = would_be
         self.rule = rule
+        self.ledger = ledger
         limit = reason or f"over the budget {budget}"
         total = "would have a delta of 1 or more" if would_be is None else f"would be {would_be}"
+        by = "" if ledger is None else f" by ledger {ledger!r}"
         super().__init__(
-            f"refused: this charge costs {requested}; {spent} is already spent, and "
+            f"refused{by}: this charge costs {requested}; {spent} is already spent, and "
             f"under the {rule!r} rule the total {total}, {limit}. Nothing "
             "was recorded and the query did not run; ask for less (a smaller epsilon or "
             "delta, or fewer repetitions) or use a new budget."

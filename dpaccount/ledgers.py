@@ -214,6 +214,7 @@ def open_ledger(
     create: bool | None = None,
     read_only: bool = False,
     verify: str = "recent",
+    parent: str | None = None,
 ) -> Accountant:
     """Open (or create) the ledger ``name`` at ``url`` and return its Accountant.
 
@@ -251,6 +252,10 @@ def open_ledger(
             names where it was looked for, and nothing is created.
         read_only: Open for dashboards and auditors: nothing is created, the connection
             refuses writes, and a charge raises `ReadOnlyLedgerError`.
+        parent: Make (or open) this ledger as a sub-budget of the ledger ``parent`` in the
+            same database: stored with it, so that every charge to it also goes to the
+            parent and its parents, all or nothing (see `dpaccount.budgets`). A parent
+            that does not exist is a `ConfigError` and nothing is created.
         verify: ``"recent"`` (default): opening checks the ledger from its latest
             snapshot on (the record before it, the records since, the cached tip and the
             settings history) and the rule resumes from the snapshot's state, so opening
@@ -298,6 +303,8 @@ def open_ledger(
             )
         rule = "basic" if rule is None else rule
         relation = Relation.ADD_REMOVE if relation is None else relation
+        if parent is not None and _stored_meta(store) is None:
+            _require_ledger(url, parent, key)
         if migrate and not isinstance(store, MemoryStore):
             _, meta = ledger_settings(
                 name, _as_budget(budget), rule, relation, plan, rule_options, dataset_size
@@ -316,13 +323,35 @@ def open_ledger(
             plan=plan,
             rule_options=rule_options,
             dataset_size=dataset_size,
+            parent=parent,
         )
+        if acct._meta.parent is not None:
+            from dpaccount.budgets import link_parents
+
+            link_parents(acct, url, key)
         if checkpoint is not None:
             check_checkpoint_file(store, acct.records, checkpoint, name)
         return acct
     except BaseException:
         store.close()
         raise
+
+
+def _require_ledger(url: str, name: str, key: LedgerKey | None) -> None:
+    """Refuse a parent ledger that does not exist (before its child is created)."""
+    try:
+        store = open_store(url, name=name, create=False, key=key, read_only=True)
+    except StorageError:
+        store = None
+    try:
+        if store is None or _stored_meta(store) is None:
+            raise ConfigError(
+                f"the parent ledger {name!r} does not exist at {redact_url(url)}; create it "
+                "first (a sub-budget is a share of an existing ledger's budget)"
+            )
+    finally:
+        if store is not None:
+            store.close()
 
 
 def _stored_meta(store: Store) -> LedgerMeta | None:

@@ -224,6 +224,9 @@ class LedgerMeta(_Strict):
         dataset_size: The declared number of records n, if any (total delta < 1/n).
         key_id: For a keyed ledger (an HMAC chain), the id of its key (`LedgerKey.key_id`);
             None (and absent from the stored JSON) for a SHA-256 chain. Set by the store.
+        parent: For a sub-budget, the ledger (in the same database) whose budget it is a
+            share of: every charge to it is also charged to the parent and its parents,
+            all or nothing. None (and absent from the stored JSON) otherwise.
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -234,13 +237,16 @@ class LedgerMeta(_Strict):
     relation: Relation
     dataset_size: int | None = pydantic.Field(default=None, ge=1)
     key_id: str | None = pydantic.Field(default=None, pattern="^[0-9a-f]{16}$")
+    parent: str | None = pydantic.Field(default=None, min_length=1)
 
     @pydantic.model_serializer(mode="wrap")
-    def _omit_absent_key(self, handler: pydantic.SerializerFunctionWrapHandler) -> Any:
-        # An unkeyed ledger's metadata serialises exactly as before keys existed.
+    def _omit_absent_options(self, handler: pydantic.SerializerFunctionWrapHandler) -> Any:
+        # Metadata without a key or a parent serialises exactly as before they existed.
         data = handler(self)
-        if isinstance(data, dict) and data.get("key_id") is None:
-            data.pop("key_id", None)
+        if isinstance(data, dict):
+            for field in ("key_id", "parent"):
+                if data.get(field) is None:
+                    data.pop(field, None)
         return data
 
     @property
@@ -258,6 +264,7 @@ class LedgerMeta(_Strict):
         rule: dict[str, Any],
         relation: Relation,
         dataset_size: int | None = None,
+        parent: str | None = None,
     ) -> LedgerMeta:
         """Describe a ledger from its values."""
         return cls(
@@ -267,6 +274,7 @@ class LedgerMeta(_Strict):
             rule=rule,
             relation=relation,
             dataset_size=dataset_size,
+            parent=parent,
         )
 
 

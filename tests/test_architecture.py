@@ -23,6 +23,7 @@ LAYERS = {
     "dpaccount.config": 3,
     "dpaccount.storage": 3,
     "dpaccount.accountant": 3,
+    "dpaccount.budgets": 3,
     "dpaccount.guard": 3,
     "dpaccount.aggregates": 3,
     "dpaccount.ledgers": 3,

@@ -17,7 +17,7 @@ import attrs
 
 from dpaccount.records import LedgerMeta, LedgerRecord
 
-__all__ = ["AppendResult", "DecidingStore", "Store", "SumLimitedStore"]
+__all__ = ["AppendResult", "DecidingStore", "GroupAppend", "Store", "SumLimitedStore"]
 
 
 @runtime_checkable
@@ -145,3 +145,25 @@ class DecidingStore(Protocol):
             StorageError: The store failed; nothing was written.
         """
         ...
+
+
+@attrs.frozen
+class GroupAppend:
+    """One ledger's part of an all-or-nothing append to several ledgers of a database
+    (`SQLiteStore.append_group`, `PostgresStore.append_group`).
+
+    Attributes:
+        name: The ledger.
+        known_head: How many of its records the caller has folded in.
+        record: The record to append (re-numbered to the head found).
+        settings: The stored settings (JSON text) the caller opened the ledger under;
+            the append fails closed if they changed (None: not checked).
+        decide: Called with the records appended since ``known_head``; the group is
+            appended only if every part's ``decide`` says so.
+    """
+
+    name: str
+    known_head: int
+    record: LedgerRecord
+    settings: str | None
+    decide: Callable[[Sequence[LedgerRecord]], bool]

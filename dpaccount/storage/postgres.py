@@ -108,7 +108,7 @@ from dpaccount.storage._sql import (
     snapshot_of,
     within_limits,
 )
-from dpaccount.storage.base import AppendResult
+from dpaccount.storage.base import AppendResult, GroupAppend
 
 __all__ = ["PostgresStore"]
 
@@ -807,6 +807,58 @@ class PostgresStore:
         """
         return self._append_locked_decided(known_head, record, lambda _tip, missed: decide(missed))
 
+    def append_group(self, parts: Sequence[GroupAppend]) -> list[AppendResult]:
+        """Append one record to each of several ledgers of this schema, all or none, in
+        one transaction: the ledgers' rows are locked in name order (so concurrent groups
+        cannot deadlock), each part's settings are checked, the records appended since
+        its ``known_head`` are read and validated and handed to its ``decide``; only if
+        every part agrees is each record stored at its ledger's head. Commit modes as
+        `append()`.
+
+        Raises:
+            ConfigError: A ledger is keyed with another key than this store's.
+            LedgerConflictError: A part's ``query_id`` is already recorded in its ledger.
+            LedgerCorruptError: A ledger holds fewer records than its ``known_head``, or
+                a record read back fails validation.
+            StorageError: Lock timeout or a database error; nothing was written.
+        """
+        self._writable()
+        cut = [renumberable(part.record, part.known_head) for part in parts]
+
+        def insert(cur: Any) -> tuple[list[AppendResult], list[LedgerTip]]:
+            if self.commit == "group":
+                cur.execute("SET LOCAL synchronous_commit = off")
+            found: dict[int, tuple[LedgerTip, list[LedgerRecord]]] = {}
+            for i in sorted(range(len(parts)), key=lambda i: parts[i].name):
+                part = parts[i]
+                tip = self._locked_tip(cur, True, part.name, part.settings)
+                check_not_behind(tip.head, part.known_head)
+                missed: list[LedgerRecord] = []
+                if tip.head > part.known_head:
+                    prev, rows = self._rows_since(cur, part.known_head, part.name)
+                    missed = missed_records(rows, part.known_head, prev, tip.head,
+                                            tip.last_hash, self._key)
+                found[i] = (tip, missed)
+            admitted = all([parts[i].decide(found[i][1]) for i in range(len(parts))])
+            new: list[LedgerTip] = []
+            if admitted:
+                for i, part in enumerate(parts):
+                    tip = found[i][0]
+                    prefix, suffix = cut[i]
+                    numbered = attrs.evolve(part.record, seq=tip.head)
+                    new.append(self._store_at(cur, tip, numbered,
+                                              f"{prefix}{tip.head}{suffix}", part.name))
+            return [AppendResult(admitted, found[i][0].head, tuple(found[i][1]))
+                    for i in range(len(parts))], new
+
+        self._tip_cache = None
+        self._prefetch = None
+        self._seen = None
+        results, new = self._write(insert)
+        if new and self.commit == "group":  # one barrier flushes the whole commit
+            self._barrier(new[-1].last_hash, new[-1].head - 1, parts[-1].name)
+        return results
+
     def _append_within_here(
         self,
         known_head: int,
@@ -1246,33 +1298,42 @@ class PostgresStore:
 
         return self._call(run)
 
-    def _locked_tip(self, cur: Any, lock: bool) -> LedgerTip:
+    def _locked_tip(self, cur: Any, lock: bool, name: str | None = None,
+                    settings: str | None = None) -> LedgerTip:
         """The ledger row's tip (``FOR UPDATE`` when ``lock``), after checking that its
-        settings are the ones this store opened under."""
+        settings are the ones this store opened under (for another ledger of the schema,
+        ``name``: that they are ``settings``, and keyed with this store's key)."""
         cur.execute(
             f"SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM {self._s}.ledgers "
             "WHERE name = %s" + (" FOR UPDATE" if lock else ""),
-            (self.name,),
+            (self.name if name is None else name,),
         )
         row = cur.fetchone()
         if row is None:
-            raise StorageError(f"ledger {self.name!r} is not initialized")
-        self._check_meta(row[4])
+            raise StorageError(f"ledger {self.name if name is None else name!r} is not "
+                               "initialized")
+        if name is None:
+            self._check_meta(row[4])
+        else:
+            if settings is not None and str(row[4]) != settings:
+                raise self._migrated(name)
+            check_key(str(row[4]), self._key, name)
         return LedgerTip(int(row[0]), row[1], parse_frac(row[2], "epsilon_sum"),
                          parse_frac(row[3], "delta_sum"))
 
-    def _store_at(self, cur: Any, tip: LedgerTip, record: LedgerRecord, payload: str
-                  ) -> LedgerTip:
+    def _store_at(self, cur: Any, tip: LedgerTip, record: LedgerRecord, payload: str,
+                  name: str | None = None) -> LedgerTip:
         """Insert ``record`` (numbered ``tip.head``) and advance the ledger row; the new
         tip (in the caller's transaction, with the row locked)."""
+        name = self.name if name is None else name
         record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
         new = tip.after(record, record_hash)
-        self._insert_record(cur, record, payload, tip.last_hash, record_hash)
+        self._insert_record(cur, record, payload, tip.last_hash, record_hash, name)
         cur.execute(
             f"UPDATE {self._s}.ledgers SET head = %s, last_hash = %s, epsilon_sum = %s, "
             "delta_sum = %s WHERE name = %s",
             (new.head, new.last_hash, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
-             self.name),
+             name),
         )
         return new
 
@@ -1290,11 +1351,11 @@ class PostgresStore:
         row = self._fetchone(f"SELECT meta FROM {self._s}.ledgers WHERE name = %s", (self.name,))
         check_key(None if row is None else str(row[0]), self._key, self.name)
 
-    def _migrated(self) -> StorageError:
+    def _migrated(self, name: str | None = None) -> StorageError:
         return StorageError(
-            f"ledger {self.name!r} was migrated to other settings (budget, rule or relation) "
-            "since this store opened it; nothing was written. Reopen it, so that every "
-            "charge is decided under the stored settings."
+            f"ledger {self.name if name is None else name!r} was migrated to other settings "
+            "(budget, rule or relation) since it was opened; nothing was written. Reopen "
+            "it, so that every charge is decided under the stored settings."
         )
 
     def _check_meta(self, stored: Any) -> None:
@@ -1303,13 +1364,14 @@ class PostgresStore:
         if self._meta_text is not None and str(stored) != self._meta_text:
             raise self._migrated()
 
-    def _rows_since(self, executor: Any, start: int) -> tuple[str, list[RecordRow]]:
+    def _rows_since(self, executor: Any, start: int, name: str | None = None
+                    ) -> tuple[str, list[RecordRow]]:
         """The hash of record ``start - 1`` and the rows from ``start`` on, in one
         statement (one snapshot, one round trip)."""
         rows: list[RecordRow] = executor.execute(
             f"SELECT {_RECORD_COLUMNS} FROM {self._s}.records WHERE ledger = %s "
             "AND seq >= %s ORDER BY seq",
-            (self.name, start - 1 if start > 0 else 0),
+            (self.name if name is None else name, start - 1 if start > 0 else 0),
         ).fetchall()
         prev = GENESIS_HASH
         if start > 0:
@@ -1343,10 +1405,11 @@ class PostgresStore:
         return tip
 
     def _insert_record(self, cur: Any, record: LedgerRecord, payload: str, prev: str,
-                       record_hash: str) -> None:
+                       record_hash: str, name: str | None = None) -> None:
         cur.execute(
             f"INSERT INTO {self._s}.records VALUES (%s, %s, %s, %s, %s, %s)",
-            (self.name, record.seq, payload, prev, record_hash, record.query_id),
+            (self.name if name is None else name, record.seq, payload, prev, record_hash,
+             record.query_id),
         )
 
     def _advance_tip_cache(self, start: int, prev: str, records: Sequence[LedgerRecord],
@@ -1511,9 +1574,9 @@ class PostgresStore:
             return None
         return prefetch[1], prefetch[2]
 
-    def _barrier(self, record_hash: str, seq: int) -> None:
+    def _barrier(self, record_hash: str, seq: int, name: str | None = None) -> None:
         """Wait until the append of record ``seq`` is flushed (see ``_append_round_trip``)."""
-        params = {"name": self.name, "seq": seq, "hash": record_hash}
+        params = {"name": self.name if name is None else name, "seq": seq, "hash": record_hash}
 
         def run(conn: Any) -> None:
             if conn.execute(self._sql_barrier, params).fetchone() is None:

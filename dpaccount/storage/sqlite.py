@@ -84,7 +84,7 @@ from dpaccount.storage._sql import (
     sums_follow,
     within_limits,
 )
-from dpaccount.storage.base import AppendResult
+from dpaccount.storage.base import AppendResult, GroupAppend
 
 __all__ = ["SQLiteStore"]
 
@@ -514,6 +514,47 @@ class SQLiteStore:
         appended, seq, missed = self._write(insert)
         return AppendResult(appended, seq, tuple(missed))
 
+    def append_group(self, parts: Sequence[GroupAppend]) -> list[AppendResult]:
+        """Append one record to each of several ledgers of this database file, all or
+        none, in one ``BEGIN IMMEDIATE`` transaction: for each part, its ledger's tip is
+        read (its settings checked), the records appended since its ``known_head`` are
+        read and validated and handed to its ``decide``; only if every part agrees is
+        each record stored at its ledger's head.
+
+        Raises:
+            ConfigError: A ledger is keyed with another key than this store's.
+            LedgerConflictError: A part's ``query_id`` is already recorded in its ledger.
+            LedgerCorruptError: A ledger holds fewer records than its ``known_head``, or
+                a record read back fails validation.
+            StorageError: As `append_decided`; nothing was written.
+        """
+        cut = [renumberable(part.record, part.known_head) for part in parts]
+
+        def insert(cur: sqlite3.Cursor) -> list[AppendResult]:
+            found = []
+            for part in parts:
+                tip = self._tip(cur, part.name)
+                if tip is None:
+                    raise StorageError(f"ledger {part.name!r} is not initialized")
+                if part.settings is not None and self._settings_text != part.settings:
+                    raise self._migrated(part.name)
+                check_key(self._settings_text, self._key, part.name)
+                check_not_behind(tip.head, part.known_head)
+                missed: list[LedgerRecord] = []
+                if tip.head > part.known_head:
+                    prev, rows = self._rows_since(cur, part.known_head, part.name)
+                    missed = missed_records(rows, part.known_head, prev, tip.head,
+                                            tip.last_hash, self._key)
+                found.append((tip, missed))
+            admitted = all([part.decide(missed) for part, (_, missed) in zip(
+                parts, found, strict=True)])
+            if admitted:
+                for part, (tip, _), (prefix, suffix) in zip(parts, found, cut, strict=True):
+                    self._store_at_head(cur, tip, part.record, prefix, suffix, part.name)
+            return [AppendResult(admitted, tip.head, tuple(missed)) for tip, missed in found]
+
+        return self._write(insert)
+
     def _locked_tip(self, cur: sqlite3.Cursor) -> LedgerTip:
         """The tip, read inside a write transaction, after checking that the stored
         settings are still the ones this store opened under."""
@@ -523,26 +564,29 @@ class SQLiteStore:
         self._check_settings()
         return tip
 
-    def _rows_since(self, cur: sqlite3.Cursor, start: int) -> tuple[str, list[RecordRow]]:
+    def _rows_since(self, cur: sqlite3.Cursor, start: int, name: str | None = None
+                    ) -> tuple[str, list[RecordRow]]:
         """The hash of record ``start - 1`` and the rows from ``start`` on."""
-        prev = self._prev_hash(cur, start)
+        name = self.name if name is None else name
+        prev = self._prev_hash(cur, start, name)
         rows: list[RecordRow] = cur.execute(
             f"SELECT {_RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? ORDER BY seq",
-            (self.name, start),
+            (name, start),
         ).fetchall()
         return prev, rows
 
     def _store_at_head(self, cur: sqlite3.Cursor, tip: LedgerTip, record: LedgerRecord,
-                       prefix: str, suffix: str) -> None:
+                       prefix: str, suffix: str, name: str | None = None) -> None:
         """Insert ``record`` numbered with the tip's head and advance the tip (in the
         caller's write transaction)."""
+        name = self.name if name is None else name
         payload = f"{prefix}{tip.head}{suffix}"
         record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
         new = tip.after(record, record_hash)
         try:
             cur.execute(
                 "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
-                (self.name, tip.head, payload, tip.last_hash, record_hash, record.query_id),
+                (name, tip.head, payload, tip.last_hash, record_hash, record.query_id),
             )
         except sqlite3.IntegrityError as exc:
             raise LedgerConflictError(
@@ -552,7 +596,7 @@ class SQLiteStore:
             "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
             "WHERE name = ?",
             (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum), new.last_hash,
-             self.name),
+             name),
         )
 
     def find(self, query_id: str) -> LedgerRecord | None:
@@ -826,10 +870,10 @@ class SQLiteStore:
                     conn.execute("ROLLBACK")
                 raise
 
-    def _tip(self, cur: sqlite3.Cursor) -> LedgerTip | None:
+    def _tip(self, cur: sqlite3.Cursor, name: str | None = None) -> LedgerTip | None:
         row = cur.execute(
             "SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM ledgers WHERE name = ?",
-            (self.name,),
+            (self.name if name is None else name,),
         ).fetchone()
         if row is None:
             return None
@@ -861,17 +905,21 @@ class SQLiteStore:
         """Fail closed if another process migrated the settings since this store opened
         the ledger (call after `_tip()` in a write transaction)."""
         if self._meta_text is not None and self._settings_text != self._meta_text:
-            raise StorageError(
-                f"ledger {self.name!r} was migrated to other settings (budget, rule or "
-                "relation) since this store opened it; nothing was written. Reopen it, so "
-                "that every charge is decided under the stored settings."
-            )
+            raise self._migrated(self.name)
 
-    def _prev_hash(self, cur: sqlite3.Cursor, start: int) -> str:
+    def _migrated(self, name: str) -> StorageError:
+        return StorageError(
+            f"ledger {name!r} was migrated to other settings (budget, rule or relation) "
+            "since it was opened; nothing was written. Reopen it, so that every charge is "
+            "decided under the stored settings."
+        )
+
+    def _prev_hash(self, cur: sqlite3.Cursor, start: int, name: str | None = None) -> str:
         if start == 0:
             return GENESIS_HASH
         row = cur.execute(
-            "SELECT hash FROM records WHERE ledger = ? AND seq = ?", (self.name, start - 1)
+            "SELECT hash FROM records WHERE ledger = ? AND seq = ?",
+            (self.name if name is None else name, start - 1),
         ).fetchone()
         if row is None:
             raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
