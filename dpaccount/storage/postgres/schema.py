@@ -1,0 +1,307 @@
+"""The tables, triggers and server-side functions of a PostgreSQL ledger schema.
+
+Every statement is idempotent (``IF NOT EXISTS``, ``CREATE OR REPLACE``). The functions'
+sources are pinned: `PostgresStore.check_functions` compares what the server holds with
+`function_sources`, so a replaced function is refused. A function's name carries a
+version: a changed body gets a new name, created next to the old one.
+"""
+
+from __future__ import annotations
+
+from dpaccount.storage._sql import SUM_BITS
+
+__all__ = [
+    "ADD_FUNCTION",
+    "SUMS_FUNCTION",
+    "TIP_FUNCTION",
+    "WITHIN_FUNCTION",
+    "WITHIN_SIGNATURE",
+    "append_within_sql",
+    "function_sources",
+    "schema_sql",
+]
+
+
+def schema_sql(schema: str) -> list[str]:
+    s = f'"{schema}"'
+    refuse = (
+        f"CREATE OR REPLACE FUNCTION {s}.dpaccount_append_only() RETURNS trigger "
+        "LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION "
+        "'dpaccount % is append-only', TG_TABLE_NAME; END $$"
+    )
+    statements = [
+        f"CREATE SCHEMA IF NOT EXISTS {s}",
+        f"""CREATE TABLE IF NOT EXISTS {s}.ledgers (
+            name text PRIMARY KEY,
+            meta text NOT NULL,
+            schema_version integer NOT NULL,
+            head bigint NOT NULL CHECK (head >= 0),
+            epsilon_sum text NOT NULL,
+            delta_sum text NOT NULL,
+            last_hash text NOT NULL)""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.records (
+            ledger text NOT NULL REFERENCES {s}.ledgers (name),
+            seq bigint NOT NULL CHECK (seq >= 0),
+            payload text NOT NULL,
+            prev_hash text NOT NULL,
+            hash text NOT NULL,
+            query_id text,
+            PRIMARY KEY (ledger, seq),
+            UNIQUE (ledger, query_id))""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.meta_history (
+            ledger text NOT NULL REFERENCES {s}.ledgers (name),
+            version integer NOT NULL CHECK (version >= 0),
+            at text NOT NULL,
+            head bigint NOT NULL,
+            meta text NOT NULL,
+            prev_hash text NOT NULL,
+            hash text NOT NULL,
+            PRIMARY KEY (ledger, version))""",
+        f"""CREATE TABLE IF NOT EXISTS {s}.snapshots (
+            ledger text NOT NULL REFERENCES {s}.ledgers (name),
+            head bigint NOT NULL CHECK (head > 0),
+            last_hash text NOT NULL,
+            epsilon_sum text NOT NULL,
+            delta_sum text NOT NULL,
+            settings text NOT NULL,
+            state text,
+            hash text NOT NULL,
+            PRIMARY KEY (ledger, head))""",
+        refuse,
+    ]
+    for table in ("records", "meta_history", "snapshots"):
+        statements.append(
+            f"CREATE OR REPLACE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE "
+            f"ON {s}.{table} FOR EACH ROW EXECUTE FUNCTION {s}.dpaccount_append_only()"
+        )
+        statements.append(
+            f"CREATE OR REPLACE TRIGGER {table}_no_truncate BEFORE TRUNCATE "
+            f"ON {s}.{table} FOR EACH STATEMENT EXECUTE FUNCTION {s}.dpaccount_append_only()"
+        )
+    statements.append(
+        f"CREATE OR REPLACE TRIGGER ledgers_keep BEFORE DELETE ON {s}.ledgers "
+        f"FOR EACH ROW EXECUTE FUNCTION {s}.dpaccount_append_only()"
+    )
+    # The cached tip only moves forward, one record at a time: resetting the cached sums
+    # (to admit more charges) is refused by the database.
+    statements.append(
+        f"""CREATE OR REPLACE FUNCTION {s}.{TIP_FUNCTION}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.head NOT IN (OLD.head, OLD.head + 1) OR (NEW.head = OLD.head AND (
+                NEW.epsilon_sum IS DISTINCT FROM OLD.epsilon_sum
+                OR NEW.delta_sum IS DISTINCT FROM OLD.delta_sum
+                OR NEW.last_hash IS DISTINCT FROM OLD.last_hash)) THEN
+                RAISE EXCEPTION 'dpaccount ledger tips only move forward to a recorded hash';
+            END IF;
+            RETURN NEW;
+        END $$"""
+    )
+    statements.append(
+        f"CREATE OR REPLACE TRIGGER ledgers_tip_moves_forward BEFORE UPDATE ON {s}.ledgers "
+        f"FOR EACH ROW EXECUTE FUNCTION {s}.{TIP_FUNCTION}()"
+    )
+    # ... and when it moves forward by one record, to that record's hash with that
+    # record's cost added to the sums (checked at commit, when the record is there).
+    statements.append(
+        f"""CREATE OR REPLACE FUNCTION {s}.{ADD_FUNCTION}(a text, b text) RETURNS text
+        LANGUAGE plpgsql IMMUTABLE AS $$
+        DECLARE
+            an numeric := split_part(a, '/', 1)::numeric;
+            ad numeric := coalesce(nullif(split_part(a, '/', 2), ''), '1')::numeric;
+            bn numeric := split_part(b, '/', 1)::numeric;
+            bd numeric := coalesce(nullif(split_part(b, '/', 2), ''), '1')::numeric;
+            n numeric; d numeric; g numeric;
+            v_scale numeric := trunc(2::numeric ^ {SUM_BITS});
+        BEGIN
+            n := an * bd + bn * ad; d := ad * bd;
+            g := gcd(n, d); n := div(n, g); d := div(d, g);
+            IF d >= v_scale THEN
+                n := div(n * v_scale + d - 1, d); d := v_scale;
+                g := gcd(n, d); n := div(n, g); d := div(d, g);
+            END IF;
+            RETURN n::text || '/' || d::text;
+        END $$"""
+    )
+    statements.append(
+        f"""CREATE OR REPLACE FUNCTION {s}.{SUMS_FUNCTION}() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+        DECLARE
+            v_cost text[];
+        BEGIN
+            IF NEW.head = OLD.head THEN
+                RETURN NULL;
+            END IF;
+            -- The canonical payload's top-level cost (sorted keys: delta, then epsilon);
+            -- a quote inside a JSON string is always escaped, so only the structure
+            -- matches. (Parsing the payload as json would fail on an escaped NUL.)
+            SELECT regexp_match(r.payload, '"cost":\\{{"delta":"(-?[0-9]+(?:/[0-9]+)?)",'
+                                           '"epsilon":"(-?[0-9]+(?:/[0-9]+)?)"')
+                INTO v_cost FROM {s}.records r
+                WHERE r.ledger = NEW.name AND r.seq = OLD.head AND r.hash = NEW.last_hash;
+            IF v_cost IS NULL OR NEW.epsilon_sum IS DISTINCT FROM
+                    {s}.{ADD_FUNCTION}(OLD.epsilon_sum, v_cost[2])
+                OR NEW.delta_sum IS DISTINCT FROM
+                    {s}.{ADD_FUNCTION}(OLD.delta_sum, v_cost[1]) THEN
+                RAISE EXCEPTION 'dpaccount ledger tips only move forward to a recorded '
+                    'hash, adding that record''s cost';
+            END IF;
+            RETURN NULL;
+        END $$"""
+    )
+    statements.append(  # (constraint triggers have no CREATE OR REPLACE)
+        f"""DO $$ BEGIN
+        IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgname = 'ledgers_sums_follow_records'
+                       AND tgrelid = '{s}.ledgers'::regclass) THEN
+            CREATE CONSTRAINT TRIGGER ledgers_sums_follow_records AFTER UPDATE
+            ON {s}.ledgers DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+            EXECUTE FUNCTION {s}.{SUMS_FUNCTION}();
+        END IF;
+        END $$"""
+    )
+    statements.append(append_within_sql(s))
+    return statements
+
+
+#: The trigger function that keeps a ledger's cached tip moving forward only.
+TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
+#: The deferred trigger function that checks a tip moved by one record adds its cost,
+#: and the bounded exact addition of two ``"num/den"`` texts it uses.
+SUMS_FUNCTION = "dpaccount_sums_follow_records_v1"
+ADD_FUNCTION = "dpaccount_add_bounded_v1"
+
+#: The server-side function behind `PostgresStore.append_within()` (its signature;
+#: the name carries a version so a changed body gets a new function).
+WITHIN_FUNCTION = "dpaccount_append_within_v3"
+WITHIN_SIGNATURE = f"{WITHIN_FUNCTION}(text, bigint, text, text, text, text, text, text, " \
+    "text, text, text, text)"
+
+
+def function_sources(schema: str) -> dict[str, str]:
+    """name -> the body (pg_proc.prosrc) of every function dpaccount installs in ``schema``."""
+    sources: dict[str, str] = {}
+    for statement in schema_sql(schema):
+        if "CREATE OR REPLACE FUNCTION" not in statement:
+            continue
+        name = statement.split("FUNCTION", 1)[1].split("(", 1)[0].split(".")[-1].strip()
+        for quote in ("$fn$", "$$"):
+            if quote in statement:
+                sources[name] = statement.split(quote)[1]
+                break
+    return sources
+
+
+def append_within_sql(s: str) -> str:
+    """The PL/pgSQL function that decides and appends at the head it finds.
+
+    Arguments: ledger name, the caller's known head, the hash the caller believes
+    record ``known - 1`` has (NULL: unknown; if it differs, nothing is appended and the
+    status is ``'diverged'``), the record's canonical payload
+    split around its seq (prefix, suffix), its query_id, its cost's epsilon and delta,
+    and the limits (``"num/den"`` text; a NULL epsilon limit or delta bound is absent).
+    Under the ledger row's lock it adds the cost to the cached exact sums
+    (``a/b + c/d = (ad + cb)/(bd)``, reduced by their gcd, as Python's Fraction does),
+    compares them with the limits by cross-multiplication, and if they fit stores the
+    sums (rounded up as `bounded_sum` rounds them where their denominators exceed
+    ``2**SUM_BITS``) and the
+    payload numbered with the head and hashed like ``chain_hash_payload``. It returns
+    the records from ``known - 1`` (the anchor of the chain) to the head it found when
+    the caller missed any (else none), then one status row: (head, NULL, the last hash
+    before ours, our hash or NULL, NULL, and ``'appended'``, ``'refused'``, ``'behind'``
+    or ``'diverged'``).
+    """
+    return f"""
+CREATE OR REPLACE FUNCTION {s}.{WITHIN_FUNCTION}(
+    p_name text, p_known bigint, p_anchor text, p_prefix text, p_suffix text, p_qid text,
+    p_eps text, p_delta text, p_eps_limit text, p_delta_limit text, p_delta_below text,
+    p_meta text)
+RETURNS TABLE (r_seq bigint, r_payload text, r_prev text, r_hash text, r_qid text,
+               r_status text)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_head bigint; v_last text; v_eps text; v_delta text;
+    en numeric; ed numeric; dn numeric; dd numeric; g numeric; v_scale numeric;
+    ren numeric; red numeric; rdn numeric; rdd numeric;
+    v_ok boolean; v_payload text; v_hash text; v_anchor text; v_meta text;
+BEGIN
+    SELECT l.head, l.last_hash, l.epsilon_sum, l.delta_sum, l.meta
+      INTO v_head, v_last, v_eps, v_delta, v_meta
+      FROM {s}.ledgers l WHERE l.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'dpaccount ledger % is not initialized', p_name;
+    END IF;
+    IF p_meta IS NOT NULL AND v_meta IS DISTINCT FROM p_meta THEN
+        r_seq := v_head; r_prev := v_last; r_status := 'migrated';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF v_head < p_known THEN
+        r_seq := v_head; r_prev := v_last; r_status := 'behind';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_anchor IS NOT NULL THEN
+        IF v_head = p_known THEN
+            v_anchor := v_last;
+        ELSE
+            SELECT r.hash INTO v_anchor FROM {s}.records r
+                WHERE r.ledger = p_name AND r.seq = p_known - 1;
+        END IF;
+        IF v_anchor IS DISTINCT FROM p_anchor THEN
+            r_seq := v_head; r_prev := v_last; r_status := 'diverged';
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    END IF;
+    en := split_part(v_eps, '/', 1)::numeric * split_part(p_eps, '/', 2)::numeric
+        + split_part(p_eps, '/', 1)::numeric * split_part(v_eps, '/', 2)::numeric;
+    ed := split_part(v_eps, '/', 2)::numeric * split_part(p_eps, '/', 2)::numeric;
+    g := gcd(en, ed); en := div(en, g); ed := div(ed, g);
+    dn := split_part(v_delta, '/', 1)::numeric * split_part(p_delta, '/', 2)::numeric
+        + split_part(p_delta, '/', 1)::numeric * split_part(v_delta, '/', 2)::numeric;
+    dd := split_part(v_delta, '/', 2)::numeric * split_part(p_delta, '/', 2)::numeric;
+    g := gcd(dn, dd); dn := div(dn, g); dd := div(dd, g);
+    -- Stored sums keep denominators below 2^{SUM_BITS}: bigger ones are rounded up to a
+    -- multiple of 2^-{SUM_BITS} (as _sql.bounded_sum does); limits see the exact sums.
+    v_scale := trunc(2::numeric ^ {SUM_BITS});
+    IF ed >= v_scale THEN
+        ren := div(en * v_scale + ed - 1, ed); red := v_scale;
+        g := gcd(ren, red); ren := div(ren, g); red := div(red, g);
+    ELSE
+        ren := en; red := ed;
+    END IF;
+    IF dd >= v_scale THEN
+        rdn := div(dn * v_scale + dd - 1, dd); rdd := v_scale;
+        g := gcd(rdn, rdd); rdn := div(rdn, g); rdd := div(rdd, g);
+    ELSE
+        rdn := dn; rdd := dd;
+    END IF;
+    v_ok := (p_eps_limit IS NULL
+             OR en * split_part(p_eps_limit, '/', 2)::numeric
+                <= split_part(p_eps_limit, '/', 1)::numeric * ed)
+        AND dn * split_part(p_delta_limit, '/', 2)::numeric
+            <= split_part(p_delta_limit, '/', 1)::numeric * dd
+        AND (p_delta_below IS NULL
+             OR dn * split_part(p_delta_below, '/', 2)::numeric
+                < split_part(p_delta_below, '/', 1)::numeric * dd);
+    IF v_head > p_known THEN
+        RETURN QUERY SELECT r.seq, r.payload, r.prev_hash, r.hash, r.query_id, NULL::text
+            FROM {s}.records r
+            WHERE r.ledger = p_name AND r.seq >= greatest(p_known - 1, 0) AND r.seq < v_head
+            ORDER BY r.seq;
+    END IF;
+    IF NOT v_ok THEN
+        r_seq := v_head; r_prev := v_last; r_status := 'refused';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    v_payload := p_prefix || v_head::text || p_suffix;
+    v_hash := encode(sha256(convert_to(v_last || E'\\n' || v_payload, 'UTF8')), 'hex');
+    INSERT INTO {s}.records VALUES (p_name, v_head, v_payload, v_last, v_hash, p_qid);
+    UPDATE {s}.ledgers SET head = v_head + 1, last_hash = v_hash,
+        epsilon_sum = ren::text || '/' || red::text, delta_sum = rdn::text || '/' || rdd::text
+        WHERE name = p_name;
+    r_seq := v_head; r_prev := v_last; r_hash := v_hash; r_status := 'appended';
+    RETURN NEXT;
+END
+$fn$"""

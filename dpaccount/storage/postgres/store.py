@@ -1,0 +1,592 @@
+"""`PostgresStore`: the ledger's interface, verification, migrations and snapshots (see
+`dpaccount.storage.postgres` for how appends lock and commit)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from dpaccount.errors import (
+    ConfigError,
+    LedgerCorruptError,
+    StorageError,
+    missing_extra,
+)
+from dpaccount.keys import LedgerKey
+from dpaccount.records import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    LedgerMeta,
+    LedgerRecord,
+)
+from dpaccount.storage._sql import (
+    LedgerTip,
+    MetaRow,
+    RecordRow,
+    Snapshot,
+    SnapshotRow,
+    check_ledger,
+    check_meta_history,
+    check_records,
+    check_since_snapshot,
+    frac_text,
+    meta_hash,
+    parse_meta,
+    snapshot_link,
+    snapshot_of,
+)
+from dpaccount.storage.postgres.appends import PostgresAppends
+from dpaccount.storage.postgres.schema import (
+    SUMS_FUNCTION,
+    TIP_FUNCTION,
+    WITHIN_FUNCTION,
+    WITHIN_SIGNATURE,
+    function_sources,
+    schema_sql,
+)
+from dpaccount.storage.postgres.session import RECORD_COLUMNS, Commit, Locking
+
+__all__ = ["PostgresStore"]
+
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+
+
+class PostgresStore(PostgresAppends):
+    """One named ledger in a PostgreSQL database (many ledgers may share a schema).
+
+    Args:
+        conninfo: A libpq connection string or URL (``postgresql://user@host/db``).
+        name: The ledger's name.
+        schema: The schema holding the tables (created if missing).
+        lock_timeout: Seconds to wait for the ledger row's lock before failing closed.
+        locking: How appends exclude each other (see the module docstring).
+        commit: How an append is made durable before `append()` returns:
+            ``"group"`` (asynchronous commit, then a shared synchronous barrier) or
+            ``"sync"`` (a synchronous commit under the row lock). See the module
+            docstring.
+        key: The ledger's `LedgerKey` if it is keyed (its chain is then an HMAC chain
+            under the key); a new ledger made with a key is keyed for good. A keyed
+            ledger's `append_within()` decides in this process under the row lock, since
+            the server never sees the key.
+        read_only: Open for reading only (dashboards, auditors): nothing is created,
+            the session refuses writes (``default_transaction_read_only``), and every
+            write raises `ReadOnlyLedgerError`.
+        full_verify: Check the whole ledger when it is opened (`verify`) instead of
+            from its latest snapshot on (`verify_recent`, O(records since)).
+
+    Raises:
+        ImportError: psycopg is not installed (``pip install "dpaccount[postgres]"``).
+        ConfigError: An invalid schema name, locking mode or commit mode.
+        StorageError: The server cannot be reached or the tables cannot be created.
+    """
+
+    def __init__(
+        self,
+        conninfo: str,
+        name: str = "default",
+        *,
+        schema: str = "dpaccount",
+        lock_timeout: float = 30.0,
+        locking: Locking = "conditional",
+        commit: Commit = "group",
+        key: LedgerKey | None = None,
+        read_only: bool = False,
+        full_verify: bool = False,
+    ) -> None:
+        try:
+            import psycopg
+        except ImportError:
+            raise missing_extra("psycopg", "postgres") from None
+        self._pg: Any = psycopg
+        if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+            raise ConfigError(f"invalid PostgreSQL schema name {schema!r}")
+        if locking not in ("conditional", "row", "serializable"):
+            raise ConfigError(
+                f"unknown locking {locking!r}; use 'conditional', 'row' or 'serializable'"
+            )
+        if commit not in ("group", "sync"):
+            raise ConfigError(f"unknown commit mode {commit!r}; use 'group' or 'sync'")
+        if not isinstance(name, str) or not name:
+            raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
+        self.name = name
+        self.schema = schema
+        self.locking: Locking = locking
+        self.commit: Commit = commit
+        self.lock_timeout = float(lock_timeout)
+        self._key = key
+        self.read_only = bool(read_only)
+        self.full_verify = bool(full_verify)
+        #: The snapshot opening verified from (the accountant reopens from its state).
+        self.snapshot: Snapshot | None = None
+        self._conninfo = conninfo
+        self._s = f'"{schema}"'
+        # Prepared once per connection (see _prepare), run from one multi-statement
+        # query per append: ($1 name, $2 seq, $3 prev, $4 head, $5 hash, $6 eps,
+        # $7 delta, $8 payload, $9 query_id).
+        self._prepare_sql = {
+            # Appends only if the head, the last hash and the settings ($10; NULL: not
+            # checked) are what this store expects.
+            "dpaccount_append": "(text, bigint, text, bigint, text, text, text, text, text, "
+            f"text) AS WITH u AS (UPDATE {self._s}.ledgers SET head = $4, last_hash = $5, "
+            "epsilon_sum = $6, delta_sum = $7 WHERE name = $1 AND head = $2 AND last_hash = $3 "
+            "AND ($10::text IS NULL OR meta = $10) "
+            f"RETURNING name) INSERT INTO {self._s}.records SELECT name, $2, $8, $3, $5, $9 "
+            "FROM u",
+            # Writes one WAL record (so its commit must flush) only if our record is stored.
+            "dpaccount_barrier": "(text, bigint, text) AS SELECT pg_logical_emit_message(true, "
+            f"'dpaccount', '') FROM {self._s}.records "
+            "WHERE ledger = $1 AND seq = $2 AND hash = $3",
+            # The records from seq on, in a fresh snapshot taken after the commits: ours
+            # first if we won, else the winners'.
+            "dpaccount_since": f"(text, bigint) AS SELECT {RECORD_COLUMNS} FROM "
+            f"{self._s}.records WHERE ledger = $1 AND seq >= $2 ORDER BY seq",
+            # append_within: see append_within_sql for the arguments.
+            "dpaccount_within": "(text, bigint, text, text, text, text, text, text, text, "
+            f"text, text, text) AS SELECT * FROM {self._s}.{WITHIN_FUNCTION}($1, $2, $3, "
+            "$4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            # Flushes only if our record is stored (at the head the function found; a
+            # concurrent record may share our payload up to its seq, hence EXISTS).
+            "dpaccount_within_barrier": "(text, bigint, text, text) AS SELECT "
+            "pg_logical_emit_message(true, 'dpaccount', '') WHERE EXISTS (SELECT 1 FROM "
+            f"{self._s}.records WHERE ledger = $1 AND seq >= $2 "
+            "AND payload = $3 || seq::text || $4)",
+        }
+        append = (
+            "EXECUTE dpaccount_append(%(name)s, %(seq)s, %(prev)s, %(head)s, %(hash)s, "
+            "%(eps)s, %(delta)s, %(payload)s, %(qid)s, %(meta)s)"
+        )
+        barrier = "EXECUTE dpaccount_barrier(%(name)s, %(seq)s, %(hash)s)"
+        since = "EXECUTE dpaccount_since(%(name)s, %(seq)s)"
+        #: The statements of one append, sent as one simple query (one round trip); the
+        #: results come back in this order. Statements outside BEGIN/COMMIT form one
+        #: implicit transaction, committed (synchronously) at the end of the query.
+        self._sql_append = {
+            "group": "BEGIN; SET LOCAL synchronous_commit = off; "
+            f"{append}; COMMIT; {barrier}; {since}",
+            "sync": f"{append}; {since}",
+        }
+        within = (
+            "EXECUTE dpaccount_within(%(name)s, %(known)s, %(anchor)s, %(prefix)s, "
+            "%(suffix)s, %(qid)s, %(eps)s, %(delta)s, %(eps_limit)s, %(delta_limit)s, "
+            "%(delta_below)s, %(meta)s)"
+        )
+        within_barrier = (
+            "EXECUTE dpaccount_within_barrier(%(name)s, %(known)s, %(prefix)s, %(suffix)s)"
+        )
+        #: append_within in one round trip, as ``_sql_append``.
+        self._sql_within = {
+            "group": "BEGIN; SET LOCAL synchronous_commit = off; "
+            f"{within}; COMMIT; {within_barrier}",
+            "sync": within,
+        }
+        self._prepared_on: Any = None
+        self._sql_barrier = (
+            f"SELECT pg_logical_emit_message(true, 'dpaccount', '') FROM {self._s}.records "
+            "WHERE ledger = %(name)s AND seq = %(seq)s AND hash = %(hash)s"
+        )
+        #: (when, start, records): records with seq >= start, read ``when``.
+        self._prefetch: tuple[float, int, list[LedgerRecord]] | None = None
+        self._lock = threading.RLock()
+        self._tip_cache: LedgerTip | None = None
+        #: The settings this store opened the ledger under (its writes refuse others).
+        self._meta_text: str | None = None
+        #: (n, hash of record n - 1) as this store last read or wrote it: append_within
+        #: checks that the chain it continues still ends there (see the docs on crashes).
+        self._seen: tuple[int, str] | None = None
+        self._conn: Any = None
+        self._call(lambda conn: self._setup(conn))
+
+    def initialize(self, meta: LedgerMeta) -> LedgerMeta:
+        """Create the ledger if it is new, verify it, and return its stored metadata."""
+        if meta.name != self.name:
+            raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
+        meta_json = self._keyed(meta).model_dump_json()
+        s = self._s
+        if self.read_only:
+            if self.stored_meta() is None:
+                raise StorageError(
+                    f"there is no ledger named {self.name!r} in schema {self.schema!r} "
+                    "(opened read-only: nothing was created)"
+                )
+            self._check_key()
+            self.check_functions()
+            self._verify_on_open()
+            row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
+            self._meta_text = str(row[0])
+            return parse_meta(self._meta_text)
+
+        def create(cur: Any) -> None:
+            cur.execute(
+                f"INSERT INTO {s}.ledgers VALUES (%s, %s, %s, 0, '0/1', '0/1', %s) "
+                "ON CONFLICT (name) DO NOTHING",
+                (self.name, meta_json, SCHEMA_VERSION, GENESIS_HASH),
+            )
+            if cur.rowcount == 1:
+                self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
+
+        self._write(create)
+        self._check_key()
+        self.check_functions()
+        self._verify_on_open()
+        row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
+        if row is None:  # pragma: no cover - the row was just written
+            raise StorageError(f"ledger {self.name!r} vanished after it was created")
+        self._meta_text = str(row[0])
+        return parse_meta(self._meta_text)
+
+    def check_functions(self) -> None:
+        """Refuse server-side functions whose definitions are not the ones dpaccount wrote.
+
+        The append function decides charges and the trigger functions guard the tables;
+        a replaced body (``CREATE OR REPLACE FUNCTION`` by anyone with the privilege)
+        could admit charges past the budget. Each function's source is compared with
+        the one this version of dpaccount installs.
+
+        Raises:
+            LedgerCorruptError: A function is missing or its source differs.
+        """
+        expected = function_sources(self.schema)
+
+        def get(conn: Any) -> dict[str, str]:
+            rows = conn.execute(
+                "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname = %s", (self.schema,)
+            ).fetchall()
+            return {str(name): str(src) for name, src in rows}
+
+        found = self._call(get)
+        changed = sorted(name for name, src in expected.items() if found.get(name) != src)
+        if changed:
+            raise LedgerCorruptError(
+                f"the server-side function(s) {', '.join(changed)} of schema "
+                f"{self.schema!r} are missing or were replaced; charges decided by them "
+                "cannot be trusted. Restore them (open the ledger with a fresh schema or "
+                "drop and re-create the functions) and revoke CREATE on the schema from "
+                "everyone but the ledger's owner"
+            )
+
+    def head(self) -> int:
+        """The number of records in the ledger (0 if it does not exist yet)."""
+        prefetch = self._fresh_prefetch()
+        if prefetch is not None:
+            return prefetch[0] + len(prefetch[1])
+        row = self._fetchone(f"SELECT head FROM {self._s}.ledgers WHERE name = %s", (self.name,))
+        return 0 if row is None else int(row[0])
+
+    def read(self, start: int = 0) -> Sequence[LedgerRecord]:
+        """The records with ``seq >= start``, decoded and checked against the chain."""
+        start = max(int(start), 0)
+        prefetch = self._fresh_prefetch()
+        self._prefetch = None
+        if prefetch is not None and prefetch[0] == start:
+            return prefetch[1]
+
+        if start == 0:
+            self._check_key()
+
+        def get(conn: Any) -> list[LedgerRecord]:
+            prev, rows = self._rows_since(conn, start)
+            seen = self._seen
+            if seen is not None and seen[0] == start and seen[1] != prev:
+                raise LedgerCorruptError(
+                    f"record {start - 1} is not the one this store read earlier: the "
+                    "ledger's chain changed (a server crash lost an asynchronous commit?); "
+                    "reopen the ledger", seq=start - 1,
+                )
+            records = check_records(rows, start, prev, self._key)
+            self._seen = (start + len(records), rows[-1][3] if rows else prev)
+            self._advance_tip_cache(start, prev, records, rows[-1][3] if rows else prev)
+            return records
+
+        return self._call(get)
+
+    def find(self, query_id: str) -> LedgerRecord | None:
+        """The record carrying ``query_id``, checked against its own hash, or None."""
+        row = self._fetchone(
+            f"SELECT {RECORD_COLUMNS} FROM {self._s}.records "
+            "WHERE ledger = %s AND query_id = %s",
+            (self.name, query_id),
+        )
+        if row is None:
+            return None
+        return check_records([tuple(row)], row[0], row[2], self._key)[0]
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    @property
+    def key(self) -> LedgerKey | None:
+        """The key of this keyed ledger (None: a SHA-256 chain)."""
+        return self._key
+
+    def stored_meta(self) -> LedgerMeta | None:
+        """The ledger's stored metadata, or None if the ledger does not exist."""
+        row = self._fetchone(f"SELECT meta FROM {self._s}.ledgers WHERE name = %s", (self.name,))
+        return None if row is None else parse_meta(row[0])
+
+    def chain_rows(self) -> tuple[list[RecordRow], list[MetaRow]]:
+        """The raw record rows and settings-history rows, with their links, read in one
+        snapshot (for an export an auditor can re-verify offline)."""
+        s = self._s
+
+        def get(cur: Any) -> tuple[list[RecordRow], list[MetaRow]]:
+            rows = cur.execute(
+                f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s ORDER BY seq",
+                (self.name,),
+            ).fetchall()
+            history = cur.execute(
+                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
+                "WHERE ledger = %s ORDER BY version",
+                (self.name,),
+            ).fetchall()
+            return [tuple(r) for r in rows], [tuple(r) for r in history]
+
+        return self._read(get, repeatable=True)
+
+    def names(self) -> list[str]:
+        """The names of every ledger in the schema."""
+        return self._read(
+            lambda cur: [
+                r[0] for r in cur.execute(f"SELECT name FROM {self._s}.ledgers ORDER BY name")
+            ]
+        )
+
+    def verify(self) -> LedgerTip:
+        """Check the whole ledger: records, chain, cached tip and metadata history.
+
+        Raises:
+            LedgerCorruptError: With ``.seq`` set to the first bad record.
+            StorageError: The ledger does not exist.
+        """
+        s = self._s
+        self._check_key()
+
+        def check(cur: Any) -> LedgerTip:
+            cached = self._tip_row(cur)
+            if cached is None:
+                raise StorageError(f"there is no ledger named {self.name!r}")
+            cur.execute(
+                f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s ORDER BY seq",
+                (self.name,),
+            )
+            rows: list[RecordRow] = cur.fetchall()
+            check_ledger(rows, cached, self._snapshot_rows(cur), self._key)
+            cur.execute(
+                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
+                "WHERE ledger = %s ORDER BY version",
+                (self.name,),
+            )
+            history = cur.fetchall()
+            cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
+            check_meta_history(history, cur.fetchone()[0], self._key)
+            return cached
+
+        tip = self._read(check, repeatable=True)
+        self._tip_cache = tip
+        return tip
+
+    def verify_recent(self) -> LedgerTip:
+        """Check a ledger from its latest snapshot on (what opening does): the record
+        before the snapshot still has the link it recorded, the records since continue
+        the chain, the cached tip is the snapshot's plus theirs, and the settings history
+        is intact. Without a snapshot, the whole ledger is checked (`verify`).
+        Sets `snapshot` to the snapshot it started from.
+
+        Raises:
+            LedgerCorruptError: With ``.seq`` set to the first bad record.
+            StorageError: The ledger does not exist.
+        """
+        s = self._s
+        self._check_key()
+
+        def check(cur: Any) -> LedgerTip | None:
+            cached = self._tip_row(cur)
+            if cached is None:
+                raise StorageError(f"there is no ledger named {self.name!r}")
+            latest = self._snapshot_rows(cur, latest=True)
+            if not latest:
+                return None
+            snap = snapshot_of(latest[0], self._key)
+            rows: list[RecordRow] = cur.execute(
+                f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s AND seq >= %s "
+                "ORDER BY seq", (self.name, snap.tip.head - 1),
+            ).fetchall()
+            anchor = None
+            if rows and rows[0][0] == snap.tip.head - 1:
+                anchor = str(rows.pop(0)[3])
+            check_since_snapshot(snap, anchor, rows, cached, self._key)
+            history = cur.execute(
+                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
+                "WHERE ledger = %s ORDER BY version", (self.name,),
+            ).fetchall()
+            current = cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s",
+                                  (self.name,)).fetchone()[0]
+            check_meta_history(history, current, self._key)
+            self.snapshot = snap
+            return cached
+
+        tip = self._read(check, repeatable=True)
+        if tip is None:
+            return self.verify()
+        self._tip_cache = tip
+        return tip
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every stored snapshot, oldest first, each link checked."""
+        rows = self._read(lambda cur: self._snapshot_rows(cur))
+        return [snapshot_of(row, self._key) for row in rows]
+
+    def write_snapshot(self, head: int, settings: str, state: str | None) -> bool:
+        """Store a snapshot of the ledger after ``head`` records, if that is still its
+        head (else nothing is written and False is returned)."""
+
+        def insert(cur: Any) -> bool:
+            tip = self._locked_tip(cur, lock=True)
+            if tip.head != head or head == 0:
+                return False
+            cur.execute(
+                f"INSERT INTO {self._s}.snapshots VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT DO NOTHING",
+                (self.name, head, tip.last_hash, frac_text(tip.epsilon_sum),
+                 frac_text(tip.delta_sum), settings, state,
+                 snapshot_link(tip, settings, state, self._key)),
+            )
+            return bool(cur.rowcount == 1)
+
+        return self._write(insert)
+
+    def _snapshot_rows(self, cur: Any, latest: bool = False) -> list[SnapshotRow]:
+        rows = cur.execute(
+            "SELECT head, last_hash, epsilon_sum, delta_sum, settings, state, hash FROM "
+            f"{self._s}.snapshots WHERE ledger = %s ORDER BY head"
+            + (" DESC LIMIT 1" if latest else ""), (self.name,),
+        ).fetchall()
+        return [tuple(r) for r in rows]
+
+    def _verify_on_open(self) -> None:
+        if self.full_verify:
+            self.verify()
+            latest = self._read(lambda cur: self._snapshot_rows(cur, latest=True))
+            self.snapshot = snapshot_of(latest[0], self._key) if latest else None
+        else:
+            self.verify_recent()
+
+    def migrate(self, meta: LedgerMeta) -> bool:
+        """Replace the ledger's metadata, recording the change in its meta history.
+
+        Returns:
+            True if the metadata changed, False if it already was ``meta``.
+        """
+        if meta.name != self.name:
+            raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
+        self.verify()
+        meta = self._keyed(meta)
+        meta_json = meta.model_dump_json()
+        s = self._s
+
+        def change(cur: Any) -> bool:
+            cur.execute(
+                f"SELECT meta, head FROM {s}.ledgers WHERE name = %s FOR UPDATE", (self.name,)
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise StorageError(f"there is no ledger named {self.name!r} to migrate")
+            if parse_meta(row[0]) == meta:
+                return False
+            cur.execute(
+                f"SELECT version, hash FROM {s}.meta_history WHERE ledger = %s "
+                "ORDER BY version DESC LIMIT 1",
+                (self.name,),
+            )
+            version, prev = cur.fetchone()
+            self._insert_meta(cur, int(version) + 1, prev, int(row[1]), meta_json)
+            cur.execute(f"UPDATE {s}.ledgers SET meta = %s WHERE name = %s", (meta_json, self.name))
+            return True
+
+        changed = self._write(change)
+        if self._meta_text is not None:
+            self._meta_text = meta_json  # this store made the change: it writes under it
+        return changed
+
+    def meta_history(self) -> list[tuple[int, datetime, int, LedgerMeta]]:
+        """Every metadata the ledger had: (version, when, head at that time, meta)."""
+        rows = self._read(
+            lambda cur: cur.execute(
+                f"SELECT version, at, head, meta FROM {self._s}.meta_history "
+                "WHERE ledger = %s ORDER BY version",
+                (self.name,),
+            ).fetchall()
+        )
+        return [
+            (int(v), datetime.fromisoformat(at), int(h), parse_meta(m)) for v, at, h, m in rows
+        ]
+
+    def _setup(self, conn: Any) -> None:
+        # Every statement is idempotent; a schema made before append_within existed
+        # gets its function here.
+        def present() -> bool:
+            return bool(conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
+                "AND to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
+                "AND to_regclass(%s) IS NOT NULL",
+                (f"{self._s}.meta_history", f"{self._s}.{WITHIN_SIGNATURE}",
+                 f"{self._s}.{TIP_FUNCTION}()", f"{self._s}.{SUMS_FUNCTION}()",
+                 f"{self._s}.snapshots"),
+            ).fetchone()[0])
+
+        if present():
+            return
+        if self.read_only:
+            raise StorageError(
+                f"schema {self.schema!r} holds no dpaccount ledger tables this version can "
+                "read (opened read-only: nothing was created; a schema made by an earlier "
+                "dpaccount is upgraded by opening it once without read_only)"
+            )
+        # A session lock, then a fresh transaction: a process that waited while another
+        # created the schema checks again in a transaction that starts after that one
+        # committed, and does not re-run the DDL (CREATE TRIGGER's table locks deadlock
+        # with the first process's charges).
+        conn.execute("SELECT pg_advisory_lock(7346287161)")
+        try:
+            with conn.transaction():
+                if not present():
+                    for statement in schema_sql(self.schema):
+                        conn.execute(statement)
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(7346287161)")
+
+    def _insert_meta(self, cur: Any, version: int, prev: str, head: int, meta_json: str) -> None:
+        at = datetime.now(UTC).isoformat()
+        cur.execute(
+            f"INSERT INTO {self._s}.meta_history VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (self.name, version, at, head, meta_json, prev,
+             meta_hash(prev, version, at, head, meta_json, self._key)),
+        )
+
+    def missing_protections(self) -> list[str]:
+        """The protective triggers that are missing or disabled (dropped or switched off)."""
+        expected = {"records_append_only", "records_no_truncate", "meta_history_append_only",
+                    "meta_history_no_truncate", "ledgers_keep", "ledgers_tip_moves_forward",
+                    "ledgers_sums_follow_records", "snapshots_append_only",
+                    "snapshots_no_truncate"}
+
+        def get(conn: Any) -> list[str]:
+            rows = conn.execute(
+                "SELECT t.tgname, t.tgenabled FROM pg_trigger t JOIN pg_class c "
+                "ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND NOT t.tgisinternal", (self.schema,)
+            ).fetchall()
+            enabled = {str(name) for name, state in rows if str(state) != "D"}
+            return sorted(expected - enabled)
+
+        return self._call(get)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore(name={self.name!r}, schema={self.schema!r})"

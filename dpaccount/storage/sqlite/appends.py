@@ -1,0 +1,203 @@
+"""The append paths of a SQLite ledger: compare-and-append, the basic rule decided on
+the cached sums, decisions under the write lock, and one charge to several ledgers of
+the file; each one ``BEGIN IMMEDIATE`` transaction."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+
+from dpaccount.errors import (
+    LedgerConflictError,
+    StorageError,
+)
+from dpaccount.records import (
+    LedgerRecord,
+    canonical_bytes,
+    chain_hash_payload,
+)
+from dpaccount.storage._sql import (
+    LedgerTip,
+    RecordRow,
+    check_key,
+    check_not_behind,
+    frac_text,
+    missed_records,
+    renumberable,
+    within_limits,
+)
+from dpaccount.storage.base import AppendResult, GroupAppend
+from dpaccount.storage.sqlite.session import SQLiteSession
+
+__all__ = ["SQLiteAppends"]
+
+
+class SQLiteAppends(SQLiteSession):
+    """The append paths of `SQLiteStore` (its base class)."""
+
+    def append(self, expected_head: int, record: LedgerRecord) -> None:
+        """Append ``record`` if the ledger still has ``expected_head`` records.
+
+        The record is committed (fsync'ed) when this returns.
+
+        Raises:
+            LedgerConflictError: Another writer appended first, or ``record.query_id`` is
+                already in the ledger; nothing was written.
+            StorageError: The write lock could not be had in time, or SQLite failed;
+                nothing was written.
+        """
+        if record.seq != expected_head:
+            raise LedgerConflictError(
+                f"record seq {record.seq} does not match the expected head {expected_head}"
+            )
+        payload = canonical_bytes(record).decode()
+        query_id = record.query_id
+
+        def insert(cur: sqlite3.Cursor) -> None:
+            tip = self._locked_tip(cur)
+            if tip.head != expected_head:
+                raise LedgerConflictError(
+                    f"expected {expected_head} records, found {tip.head}"
+                )
+            record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
+            new = tip.after(record, record_hash)
+            try:
+                cur.execute(
+                    "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
+                    (self.name, record.seq, payload, tip.last_hash, record_hash, query_id),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise LedgerConflictError(
+                    f"query_id {query_id!r} (or seq {record.seq}) is already recorded"
+                ) from exc
+            cur.execute(
+                "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
+                "WHERE name = ?",
+                (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
+                 new.last_hash, self.name),
+            )
+
+        self._write(insert)
+
+    def append_within(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        epsilon_limit: Fraction | None,
+        delta_limit: Fraction,
+        delta_below: Fraction | None,
+    ) -> AppendResult:
+        """Append ``record`` at the current head if the exact sums stay within limits.
+
+        One ``BEGIN IMMEDIATE`` transaction reads the cached tip, adds ``record.cost`` to
+        its exact sums, compares them with the limits (see
+        `SumLimitedStore`) and, if they fit, stores the
+        record re-numbered to the head it found. Writers are serialised by the lock, so
+        none of them loses a race and retries. The records other writers appended since
+        ``known_head`` are read in the same transaction and checked after it commits.
+
+        Raises:
+            LedgerConflictError: ``record.query_id`` is already recorded.
+            LedgerCorruptError: The ledger holds fewer records than ``known_head``, or a
+                record read back fails validation.
+            StorageError: The write lock could not be had in time, or SQLite failed;
+                nothing was written.
+        """
+        prefix, suffix = renumberable(record, known_head)
+        cost = record.cost
+
+        def insert(cur: sqlite3.Cursor) -> tuple[bool, LedgerTip, str, list[RecordRow]]:
+            tip = self._locked_tip(cur)
+            check_not_behind(tip.head, known_head)
+            prev = tip.last_hash  # nothing missed: nothing to read
+            rows: list[RecordRow] = []
+            if tip.head > known_head:
+                prev, rows = self._rows_since(cur, known_head)
+            if not within_limits(tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
+                                 epsilon_limit, delta_limit, delta_below):
+                return False, tip, prev, rows
+            self._store_at_head(cur, tip, record, prefix, suffix)
+            return True, tip, prev, rows
+
+        appended, tip, prev, rows = self._write(insert)
+        # Decoded after the commit, so the lock is held only for the arithmetic.
+        missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash, self._key)
+        return AppendResult(appended, tip.head, tuple(missed))
+
+    def append_decided(
+        self,
+        known_head: int,
+        record: LedgerRecord,
+        decide: Callable[[Sequence[LedgerRecord]], bool],
+    ) -> AppendResult:
+        """Append ``record`` at the current head if ``decide(missed)`` says so, in one
+        ``BEGIN IMMEDIATE`` transaction (see `DecidingStore`): the records
+        other writers appended since ``known_head`` are read and validated under the lock,
+        handed to ``decide``, and the record is stored re-numbered to the head found.
+
+        Raises:
+            LedgerConflictError: ``record.query_id`` is already recorded.
+            LedgerCorruptError: The ledger holds fewer records than ``known_head``, or a
+                record read back fails validation.
+            StorageError: The write lock could not be had in time, or SQLite failed;
+                nothing was written.
+        """
+        prefix, suffix = renumberable(record, known_head)
+
+        def insert(cur: sqlite3.Cursor) -> tuple[bool, int, list[LedgerRecord]]:
+            tip = self._locked_tip(cur)
+            check_not_behind(tip.head, known_head)
+            missed: list[LedgerRecord] = []
+            if tip.head > known_head:
+                prev, rows = self._rows_since(cur, known_head)
+                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash,
+                                        self._key)
+            if not decide(missed):
+                return False, tip.head, missed
+            self._store_at_head(cur, tip, record, prefix, suffix)
+            return True, tip.head, missed
+
+        appended, seq, missed = self._write(insert)
+        return AppendResult(appended, seq, tuple(missed))
+
+    def append_group(self, parts: Sequence[GroupAppend]) -> list[AppendResult]:
+        """Append one record to each of several ledgers of this database file, all or
+        none, in one ``BEGIN IMMEDIATE`` transaction: for each part, its ledger's tip is
+        read (its settings checked), the records appended since its ``known_head`` are
+        read and validated and handed to its ``decide``; only if every part agrees is
+        each record stored at its ledger's head.
+
+        Raises:
+            ConfigError: A ledger is keyed with another key than this store's.
+            LedgerConflictError: A part's ``query_id`` is already recorded in its ledger.
+            LedgerCorruptError: A ledger holds fewer records than its ``known_head``, or
+                a record read back fails validation.
+            StorageError: As `append_decided`; nothing was written.
+        """
+        cut = [renumberable(part.record, part.known_head) for part in parts]
+
+        def insert(cur: sqlite3.Cursor) -> list[AppendResult]:
+            found = []
+            for part in parts:
+                tip = self._tip(cur, part.name)
+                if tip is None:
+                    raise StorageError(f"ledger {part.name!r} is not initialized")
+                if part.settings is not None and self._settings_text != part.settings:
+                    raise self._migrated(part.name)
+                check_key(self._settings_text, self._key, part.name)
+                check_not_behind(tip.head, part.known_head)
+                missed: list[LedgerRecord] = []
+                if tip.head > part.known_head:
+                    prev, rows = self._rows_since(cur, part.known_head, part.name)
+                    missed = missed_records(rows, part.known_head, prev, tip.head,
+                                            tip.last_hash, self._key)
+                found.append((tip, missed))
+            admitted = all([part.decide(missed) for part, (_, missed) in zip(
+                parts, found, strict=True)])
+            if admitted:
+                for part, (tip, _), (prefix, suffix) in zip(parts, found, cut, strict=True):
+                    self._store_at_head(cur, tip, part.record, prefix, suffix, part.name)
+            return [AppendResult(admitted, tip.head, tuple(missed)) for tip, missed in found]
+
+        return self._write(insert)

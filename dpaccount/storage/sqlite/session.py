@@ -1,0 +1,257 @@
+"""A SQLite ledger file's connection and the row-level steps every append path shares:
+the write lock with its deadline, the file's identity, and reading, checking and
+advancing a ledger's row."""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from dpaccount.errors import (
+    LedgerConflictError,
+    LedgerCorruptError,
+    ReadOnlyLedgerError,
+    StorageError,
+)
+from dpaccount.keys import LedgerKey
+from dpaccount.records import (
+    GENESIS_HASH,
+    LedgerMeta,
+    LedgerRecord,
+    chain_hash_payload,
+)
+from dpaccount.storage._sql import (
+    LedgerTip,
+    RecordRow,
+    Snapshot,
+    check_key,
+    frac_text,
+    parse_frac,
+)
+
+__all__ = ["RECORD_COLUMNS", "SQLiteSession"]
+
+T = TypeVar("T")
+
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+
+RECORD_COLUMNS = "seq, payload, prev_hash, hash, query_id"
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class SQLiteSession:
+    """The connection and row-level steps of a `SQLiteStore` (its base class; the
+    attributes are set by `SQLiteStore.__init__`)."""
+
+    path: str
+    name: str
+    lock_timeout: float
+    read_only: bool
+    full_verify: bool
+    snapshot: Snapshot | None
+    _key: LedgerKey | None
+    _lock: threading.RLock
+    _identity: tuple[int, int] | None
+    _meta_text: str | None
+    _settings_text: str | None
+    _has_snapshots: bool
+    _conn: sqlite3.Connection
+
+    def _busy_seconds(self) -> float:
+        # Short waits inside SQLite; the retry loop keeps the overall deadline.
+        return max(0.001, min(0.05, self.lock_timeout / 50))
+
+    def _create_private(self, create: bool) -> None:
+        if os.path.exists(self.path):
+            return
+        if not create:
+            raise StorageError(
+                f"there is no SQLite ledger file at {self.path!r} (nothing was created; "
+                "check the path, or create the ledger by opening it with its settings)"
+            )
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return  # another process created it first
+        except OSError as exc:
+            raise StorageError(f"cannot create the SQLite ledger {self.path!r}: {exc}") from exc
+        os.close(fd)
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return None
+        return info.st_dev, info.st_ino
+
+    def _check_identity(self) -> None:
+        if self._identity is not None and self._file_identity() != self._identity:
+            raise StorageError(
+                f"the SQLite ledger file {self.path!r} was deleted or replaced since this "
+                "store opened it; nothing was written and the query must not run. Reopen "
+                "the ledger (and find out what happened to the file)."
+            )
+
+    def _retry(self, action: Callable[[], T]) -> T:
+        """Run ``action``, retrying while SQLite reports a lock, until the deadline."""
+        deadline = time.monotonic() + self.lock_timeout
+        pause = 0.001
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"could not lock the SQLite ledger {self.path!r} within "
+                        f"{self.lock_timeout:g} s; nothing was written"
+                    ) from exc
+            except sqlite3.Error as exc:
+                raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
+            left = deadline - time.monotonic()
+            time.sleep(max(0.0, min(pause * (0.5 + random.random()), left)))
+            pause = min(pause * 2, 0.05)
+
+    def _write(self, body: Callable[[sqlite3.Cursor], T]) -> T:
+        """Run ``body`` in one BEGIN IMMEDIATE transaction and commit it durably."""
+        if self.read_only:
+            raise ReadOnlyLedgerError(
+                f"ledger {self.name!r} in {self.path!r} was opened read-only; nothing "
+                "was written"
+            )
+
+        def attempt() -> T:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._check_identity()
+                result = body(conn.cursor())
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        with self._lock:
+            return self._retry(attempt)
+
+    def _read(self, body: Callable[[sqlite3.Cursor], T]) -> T:
+        """Run ``body`` in one read transaction (a consistent snapshot)."""
+
+        def attempt() -> T:
+            conn = self._conn
+            conn.execute("BEGIN")
+            try:
+                return body(conn.cursor())
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+
+        with self._lock:
+            return self._retry(attempt)
+
+    def _tip(self, cur: sqlite3.Cursor, name: str | None = None) -> LedgerTip | None:
+        row = cur.execute(
+            "SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM ledgers WHERE name = ?",
+            (self.name if name is None else name,),
+        ).fetchone()
+        if row is None:
+            return None
+        self._settings_text = str(row[4])
+        return LedgerTip(
+            int(row[0]),
+            str(row[1]),
+            parse_frac(row[2], "epsilon_sum"),
+            parse_frac(row[3], "delta_sum"),
+        )
+
+    def _locked_tip(self, cur: sqlite3.Cursor) -> LedgerTip:
+        """The tip, read inside a write transaction, after checking that the stored
+        settings are still the ones this store opened under."""
+        tip = self._tip(cur)
+        if tip is None:
+            raise StorageError(f"ledger {self.name!r} is not initialized")
+        self._check_settings()
+        return tip
+
+    def _check_settings(self) -> None:
+        """Fail closed if another process migrated the settings since this store opened
+        the ledger (call after `_tip()` in a write transaction)."""
+        if self._meta_text is not None and self._settings_text != self._meta_text:
+            raise self._migrated(self.name)
+
+    def _migrated(self, name: str) -> StorageError:
+        return StorageError(
+            f"ledger {name!r} was migrated to other settings (budget, rule or relation) "
+            "since it was opened; nothing was written. Reopen it, so that every charge is "
+            "decided under the stored settings."
+        )
+
+    def _rows_since(self, cur: sqlite3.Cursor, start: int, name: str | None = None
+                    ) -> tuple[str, list[RecordRow]]:
+        """The hash of record ``start - 1`` and the rows from ``start`` on."""
+        name = self.name if name is None else name
+        prev = self._prev_hash(cur, start, name)
+        rows: list[RecordRow] = cur.execute(
+            f"SELECT {RECORD_COLUMNS} FROM records WHERE ledger = ? AND seq >= ? ORDER BY seq",
+            (name, start),
+        ).fetchall()
+        return prev, rows
+
+    def _prev_hash(self, cur: sqlite3.Cursor, start: int, name: str | None = None) -> str:
+        if start == 0:
+            return GENESIS_HASH
+        row = cur.execute(
+            "SELECT hash FROM records WHERE ledger = ? AND seq = ?",
+            (self.name if name is None else name, start - 1),
+        ).fetchone()
+        if row is None:
+            raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
+        return str(row[0])
+
+    def _store_at_head(self, cur: sqlite3.Cursor, tip: LedgerTip, record: LedgerRecord,
+                       prefix: str, suffix: str, name: str | None = None) -> None:
+        """Insert ``record`` numbered with the tip's head and advance the tip (in the
+        caller's write transaction)."""
+        name = self.name if name is None else name
+        payload = f"{prefix}{tip.head}{suffix}"
+        record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
+        new = tip.after(record, record_hash)
+        try:
+            cur.execute(
+                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?)",
+                (name, tip.head, payload, tip.last_hash, record_hash, record.query_id),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise LedgerConflictError(
+                f"query_id {record.query_id!r} (or seq {tip.head}) is already recorded"
+            ) from exc
+        cur.execute(
+            "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
+            "WHERE name = ?",
+            (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum), new.last_hash,
+             name),
+        )
+
+    def _keyed(self, meta: LedgerMeta) -> LedgerMeta:
+        """``meta`` naming this store's key (or none)."""
+        return meta.model_copy(update={"key_id": None if self._key is None else self._key.key_id})
+
+    def _check_key(self, cur: sqlite3.Cursor) -> None:
+        row = cur.execute("SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone()
+        check_key(None if row is None else str(row[0]), self._key, self.name)
