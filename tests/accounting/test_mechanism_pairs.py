@@ -15,7 +15,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dpaccount import Accountant, Budget, ExponentialMechanism, RandomizedResponseMechanism
@@ -126,13 +126,23 @@ def test_bounded_range_profile_is_the_maximum_over_the_family(eps: float) -> Non
 
 @settings(max_examples=30, deadline=None)
 @given(st.floats(0.001, 8.0), st.sampled_from([1.01, 1.5, 2.0, 4.0, 16.0, 128.0]))
+@example(0.001953125, 1.01)  # a float reference had put the maximum 2e-9 too high here
 def test_bounded_range_rdp_is_the_maximum_over_the_family(eps: float, alpha: float) -> None:
-    t, p = _br_family(eps)
-    order = alpha - 1
-    inside = np.maximum(p, 0.0) + (1 - np.maximum(p, 0.0)) * np.exp(-order * eps)
-    with np.errstate(divide="ignore"):
-        moments = order * t + np.log(inside)
-    brute = float(moments.max()) / order
+    # The reference is computed at 40 digits: in double precision the moments cancel for
+    # small eps (eps = 2^-9, alpha = 1.01 put a float grid 2e-9 above the true maximum).
+    mpmath.mp.dps = 40
+    e, a = mpmath.mpf(eps), mpmath.mpf(alpha)
+    order = a - 1
+    c = mpmath.exp(-order * e)
+
+    def h(t: mpmath.mpf) -> mpmath.mpf:
+        p = (mpmath.exp(e) - mpmath.exp(t)) / mpmath.expm1(e)
+        return order * t + mpmath.log(c + (1 - c) * p)
+
+    grid = [h(e * i / 400) for i in range(401)]
+    stationary = mpmath.log(order * (mpmath.exp(e) - c) / (a * (1 - c)))
+    best = max([*grid, h(min(max(stationary, mpmath.mpf(0)), e))])
+    brute = float(best / order)
     got = bounded_range_rdp(eps, alpha)
     assert brute * (1 - 1e-12) <= got <= max(brute * (1 + 1e-6), brute + 1e-15)
     assert got <= alpha * eps * eps / 8 * (1 + 1e-8)  # Cesar and Rogers 2021
