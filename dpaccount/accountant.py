@@ -576,23 +576,8 @@ class Accountant:
         """Decide under the store's write lock: fold in what other writers appended, apply
         the rule, and append at the current head in the same transaction."""
         seen: dict[str, Any] = {}
-
-        def decide(missed: Sequence[LedgerRecord]) -> bool:
-            state, head = self._state, self._head
-            for other in missed:
-                if other.seq != head:
-                    raise LedgerCorruptError(
-                        f"expected record {head}, read record {other.seq}", seq=other.seq
-                    )
-                state = self._rule.extend(state, other.charge)
-                head += 1
-            new_state = self._rule.extend(state, charge)
-            fits = self._admits(new_state)
-            seen.update(state=state, head=head, new_state=new_state, fits=fits)
-            return fits
-
         try:
-            result = store.append_decided(self._head, record, decide)
+            result = store.append_decided(self._head, record, self._decider(charge, seen))
         except LedgerConflictError:
             self._catch_up()
             if query_id is not None:
@@ -641,6 +626,28 @@ class Accountant:
                 reason=f"whose delta reaches 1/n = {format_number(cap)} for the declared "
                 f"dataset size (delta must stay well below 1/n)",
             )
+
+    def _decider(self, charge: Charge, seen: dict[str, Any]
+                 ) -> Callable[[Sequence[LedgerRecord]], bool]:
+        """The decision a store makes under its lock (`DecidingStore`): fold in the
+        records other writers appended since this accountant's head, then whether the
+        charge fits. What it saw goes to ``seen`` (state, head, new_state, fits)."""
+
+        def decide(missed: Sequence[LedgerRecord]) -> bool:
+            state, head = self._state, self._head
+            for other in missed:
+                if other.seq != head:
+                    raise LedgerCorruptError(
+                        f"expected record {head}, read record {other.seq}", seq=other.seq
+                    )
+                state = self._rule.extend(state, other.charge)
+                head += 1
+            new_state = self._rule.extend(state, charge)
+            fits = self._admits(new_state)
+            seen.update(state=state, head=head, new_state=new_state, fits=fits)
+            return fits
+
+        return decide
 
     def _refuse_duplicate(self, query_id: str) -> None:
         existing = self._store.find(query_id)

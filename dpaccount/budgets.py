@@ -137,26 +137,9 @@ def _charge_locked(accountants: Sequence[Accountant], charges: list[Charge],
         ]
         seen: list[dict[str, Any]] = [{} for _ in accountants]
 
-        def decider(i: int, box: dict[str, Any]) -> Any:
-            acct, charge = accountants[i], charges[i]
-
-            def decide(missed: Sequence[LedgerRecord]) -> bool:
-                state, head = acct._state, acct._head
-                for other in missed:
-                    if other.seq != head:
-                        raise LedgerCorruptError(
-                            f"expected record {head}, read record {other.seq}", seq=other.seq)
-                    state = acct.rule.extend(state, other.charge)
-                    head += 1
-                new_state = acct.rule.extend(state, charge)
-                fits = acct._admits(new_state)
-                box.update(state=state, head=head, new_state=new_state, fits=fits)
-                return fits
-
-            return decide
-
         if memory:
-            admitted = all([decider(i, seen[i])(()) for i in range(len(accountants))])
+            admitted = all([acct._decider(c, box)(())
+                            for acct, c, box in zip(accountants, charges, seen, strict=True)])
             if admitted:
                 for acct, record in zip(accountants, records, strict=True):
                     acct.store.append(acct._head, record)
@@ -164,8 +147,9 @@ def _charge_locked(accountants: Sequence[Accountant], charges: list[Charge],
         else:
             store: Any = accountants[0].store
             parts = [GroupAppend(acct._meta.name, acct._head, record,
-                                 getattr(acct.store, "_meta_text", None), decider(i, seen[i]))
-                     for i, (acct, record) in enumerate(zip(accountants, records, strict=True))]
+                                 getattr(acct.store, "_meta_text", None), acct._decider(c, box))
+                     for acct, record, c, box in zip(accountants, records, charges, seen,
+                                                     strict=True)]
             try:
                 results = store.append_group(parts)
             except LedgerConflictError:

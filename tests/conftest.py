@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+from storage_helpers import PG_URL, pg_schema
 
 settings.register_profile(
     "ci",
@@ -14,3 +18,26 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+# -- ledger URLs, one per durable backend ------------------------------------------------
+
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A SQLite ledger file of its own."""
+    return f"sqlite:///{tmp_path / 'ledger.db'}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A PostgreSQL schema of its own, dropped afterwards (skips without PostgreSQL)."""
+    for schema in pg_schema():
+        yield f"{PG_URL}?schema={schema}"
+
+
+@pytest.fixture(params=["sqlite_url", "pg_url"])
+def url(request: pytest.FixtureRequest) -> str:
+    """Each durable backend in turn."""
+    return str(request.getfixturevalue(request.param))

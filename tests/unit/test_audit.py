@@ -10,12 +10,10 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from storage_helpers import PG_URL, pg_schema
 
 from dpaccount import Budget, GaussianCharge, PrivacyCost, open_ledger
 from dpaccount.audit import html_report, spend_over_time, summarize, verify_export
@@ -24,22 +22,6 @@ from dpaccount.keys import LedgerKey
 from dpaccount.ledger_cli import ledger_main
 
 STEP = GaussianCharge(sigma=10, sensitivity=1, epsilon=1)
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'audit.db'}"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    for schema in pg_schema():
-        yield f"{PG_URL}?schema={schema}"
-
-
-@pytest.fixture(params=["sqlite_url", "pg_url"])
-def url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(request.param))
 
 
 def run(*argv: str) -> tuple[int, str]:

@@ -3,31 +3,13 @@ ledgers for a data platform, item 3)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from storage_helpers import PG_URL, pg_schema
 
 from dpaccount import Budget, PrivacyCost, open_ledger
 from dpaccount.budgets import BlockLedgers, charge_together, sub_budget
 from dpaccount.errors import BudgetExceededError, ConfigError, DuplicateQueryError
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'budgets.db'}"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    for schema in pg_schema():
-        yield f"{PG_URL}?schema={schema}"
-
-
-@pytest.fixture(params=["sqlite_url", "pg_url"])
-def url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(request.param))
 
 
 def _ids(acct: object) -> list[str | None]:

@@ -12,7 +12,6 @@ import shutil
 import sqlite3
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,26 +28,6 @@ from dpaccount.ledgers import open_store, redact_url
 
 HOSTILE_TEXT = ["\ud800", "a\nforged line", "\x1b[31mred", "tab\there", "x" * 1001,
                 "\u2028", "zero\u200bwidth"]
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    for schema in pg_schema():
-        yield f"{PG_URL}?schema={schema}"
-
-
-def _urls(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(request.param))
-
-
-@pytest.fixture(params=["sqlite_url", "pg_url"])
-def url(request: pytest.FixtureRequest) -> str:
-    return _urls(request)
 
 
 @pytest.mark.parametrize("text", HOSTILE_TEXT, ids=repr)

@@ -4,32 +4,13 @@ for a data platform, item 2)."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import PG_URL, pg_schema
 
 from dpaccount import Budget, GaussianCharge, PrivacyCost, open_ledger
 from dpaccount.errors import ConfigError, ReadOnlyLedgerError, StorageError
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'ledger.db'}"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    for schema in pg_schema():
-        yield f"{PG_URL}?schema={schema}"
-
-
-@pytest.fixture(params=["sqlite_url", "pg_url"])
-def url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(request.param))
-
 
 SETTINGS: list[dict[str, Any]] = [
     {"budget": Budget(1)},

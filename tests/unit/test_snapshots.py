@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from storage_helpers import PG_URL, pg_schema
+from storage_helpers import PG_URL
 
 from dpaccount import Budget, GaussianCharge, LaplaceCharge, PrivacyCost, open_ledger
 from dpaccount.accountant import SNAPSHOT_EVERY
@@ -66,22 +65,6 @@ def test_every_rule_state_survives_encoding_exactly(rule_name: str, data: Any) -
     assert _same(back, state)
     assert rule.total(back) == rule.total(state)
     assert encode_state(back) == text
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'snap.db'}"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    for schema in pg_schema():
-        yield f"{PG_URL}?schema={schema}"
-
-
-@pytest.fixture(params=["sqlite_url", "pg_url"])
-def url(request: pytest.FixtureRequest) -> str:
-    return str(request.getfixturevalue(request.param))
 
 
 STEP = GaussianCharge(sigma=40, sensitivity=1, epsilon=1)
