@@ -58,7 +58,6 @@ __all__ = ["BlockLedgers", "charge_together", "sub_budget"]
 
 #: How many ancestors a sub-budget may have (a cycle in stored parents is corruption).
 MAX_DEPTH = 32
-_MAX_RETRIES = 100
 
 
 def _database(acct: Accountant) -> tuple[Any, ...]:
@@ -123,67 +122,66 @@ def charge_together(accountants: Sequence[Accountant], charge: Charge | Mechanis
 
 def _charge_locked(accountants: Sequence[Accountant], charges: list[Charge],
                    label: str | None, query_id: str | None) -> list[LedgerRecord]:
-    memory = isinstance(accountants[0].store, MemoryStore)
-    for _attempt in range(_MAX_RETRIES):
-        now = datetime.now(UTC)
-        for acct in accountants:
-            acct._catch_up()
-            if query_id is not None:
-                acct._refuse_duplicate(query_id)
-        records = [
-            LedgerRecord(seq=acct._head, label=label, charge=c, cost=cost_of(c),
-                         rule=acct.rule.name, timestamp=now, query_id=query_id)
-            for acct, c in zip(accountants, charges, strict=True)
-        ]
-        seen: list[dict[str, Any]] = [{} for _ in accountants]
-
-        if memory:
-            admitted = all([acct._decider(c, box)(())
-                            for acct, c, box in zip(accountants, charges, seen, strict=True)])
-            if admitted:
-                for acct, record in zip(accountants, records, strict=True):
-                    acct.store.append(acct._head, record)
-            seqs = [acct._head for acct in accountants]
-        else:
-            store: Any = accountants[0].store
-            parts = [GroupAppend(acct._meta.name, acct._head, record,
-                                 getattr(acct.store, "_meta_text", None), acct._decider(c, box))
-                     for acct, record, c, box in zip(accountants, records, charges, seen,
-                                                     strict=True)]
-            try:
-                results = store.append_group(parts)
-            except LedgerConflictError:
-                for acct in accountants:
-                    acct._catch_up()
-                    if query_id is not None:
-                        acct._refuse_duplicate(query_id)
-                raise
-            admitted = all(result.appended for result in results)
-            seqs = [result.seq for result in results]
-            for acct, info in zip(accountants, seen, strict=True):
-                acct._state, acct._head = info["state"], info["head"]
-        if not admitted:
-            for acct, info, charge in zip(accountants, seen, charges, strict=True):
-                if not info["fits"]:
-                    if not acct.rule.admits(info["new_state"], acct.budget):
-                        refusal = acct._refusal(cost_of(charge), info["new_state"])
-                        raise BudgetExceededError(
-                            refusal.requested, refusal.spent, refusal.budget,
-                            refusal.would_be, refusal.rule, ledger=acct._meta.name,
-                        )
-                    acct._refuse_large_delta(cost_of(charge), info["new_state"])
-            raise LedgerCorruptError("a ledger refused a charge that its decision admitted")
-        out = []
-        for acct, info, record, seq in zip(accountants, seen, records, seqs, strict=True):
-            if seq != acct._head:
-                raise LedgerCorruptError(
-                    f"ledger {acct._meta.name!r} appended at {seq}, after reporting "
-                    f"{acct._head} records", seq=seq)
-            acct._state = info["new_state"]
-            acct._head += 1
-            out.append(record if record.seq == seq else _renumbered(record, seq))
-        return out
-    raise LedgerConflictError(f"gave up after {_MAX_RETRIES} attempts; nothing was recorded")
+    """One decision and append for all (no lost race to retry: the store decides under
+    its lock with what other writers appended, as `DecidingStore` does)."""
+    now = datetime.now(UTC)
+    for acct in accountants:
+        acct._catch_up()
+        if query_id is not None:
+            acct._refuse_duplicate(query_id)
+    records = [
+        LedgerRecord(seq=acct._head, label=label, charge=c, cost=cost_of(c),
+                     rule=acct.rule.name, timestamp=now, query_id=query_id)
+        for acct, c in zip(accountants, charges, strict=True)
+    ]
+    seen: list[dict[str, Any]] = [{} for _ in accountants]
+    if isinstance(accountants[0].store, MemoryStore):
+        admitted = all([acct._decider(c, box)(())
+                        for acct, c, box in zip(accountants, charges, seen, strict=True)])
+        if admitted:
+            for acct, record in zip(accountants, records, strict=True):
+                acct.store.append(acct._head, record)
+        seqs = [acct._head for acct in accountants]
+    else:
+        store: Any = accountants[0].store
+        parts = [GroupAppend(acct._meta.name, acct._head, record,
+                             getattr(acct.store, "_meta_text", None), acct._decider(c, box))
+                 for acct, record, c, box in zip(accountants, records, charges, seen,
+                                                 strict=True)]
+        try:
+            results = store.append_group(parts)
+        except LedgerConflictError:
+            for acct in accountants:
+                acct._catch_up()
+                if query_id is not None:
+                    acct._refuse_duplicate(query_id)
+            raise
+        admitted = all(result.appended for result in results)
+        seqs = [result.seq for result in results]
+        for acct, info in zip(accountants, seen, strict=True):
+            acct._state, acct._head = info["state"], info["head"]
+    if not admitted:
+        for acct, info, charge in zip(accountants, seen, charges, strict=True):
+            if not info["fits"]:
+                if not acct.rule.admits(info["new_state"], acct.budget):
+                    refusal = acct._refusal(cost_of(charge), info["new_state"])
+                    raise BudgetExceededError(
+                        refusal.requested, refusal.spent, refusal.budget,
+                        refusal.would_be, refusal.rule, ledger=acct._meta.name,
+                    )
+                acct._refuse_large_delta(cost_of(charge), info["new_state"])
+        raise LedgerCorruptError("a ledger refused a charge that its decision admitted")
+    out = []
+    for acct, info, record, seq in zip(accountants, seen, records, seqs, strict=True):
+        if seq != acct._head:
+            raise LedgerCorruptError(
+                f"ledger {acct._meta.name!r} appended at {seq}, after reporting "
+                f"{acct._head} records", seq=seq)
+        acct._state = info["new_state"]
+        acct._head += 1
+        acct._maybe_snapshot()
+        out.append(record if record.seq == seq else _renumbered(record, seq))
+    return out
 
 
 def _renumbered(record: LedgerRecord, seq: int) -> LedgerRecord:

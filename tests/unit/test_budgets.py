@@ -120,3 +120,13 @@ def test_ledgers_of_different_databases_cannot_be_charged_together(tmp_path: Pat
         charge_together([one, two], PrivacyCost("0.1"))
     one.close()
     two.close()
+
+
+def test_grouped_charges_are_snapshotted_like_single_ones(sqlite_url: str) -> None:
+    from dpaccount.accountant import SNAPSHOT_EVERY
+
+    with BlockLedgers(sqlite_url, "s", budget_per_block=Budget(10)) as blocks:
+        for _ in range(SNAPSHOT_EVERY + 1):
+            blocks.charge(PrivacyCost("1/1000"), ["a", "b"])
+        heads = [s.tip.head for s in blocks.ledger("b").store.snapshots()]  # type: ignore[attr-defined]
+    assert heads == [SNAPSHOT_EVERY]
