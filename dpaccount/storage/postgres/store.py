@@ -378,14 +378,7 @@ class PostgresStore(PostgresAppends):
             )
             rows: list[RecordRow] = cur.fetchall()
             check_ledger(rows, cached, self._snapshot_rows(cur), self._key)
-            cur.execute(
-                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
-                "WHERE ledger = %s ORDER BY version",
-                (self.name,),
-            )
-            history = cur.fetchall()
-            cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
-            check_meta_history(history, cur.fetchone()[0], self._key)
+            self._check_history(cur)
             return cached
 
         tip = self._read(check, repeatable=True)
@@ -422,13 +415,7 @@ class PostgresStore(PostgresAppends):
             if rows and rows[0][0] == snap.tip.head - 1:
                 anchor = str(rows.pop(0)[3])
             check_since_snapshot(snap, anchor, rows, cached, self._key)
-            history = cur.execute(
-                f"SELECT version, at, head, meta, prev_hash, hash FROM {s}.meta_history "
-                "WHERE ledger = %s ORDER BY version", (self.name,),
-            ).fetchall()
-            current = cur.execute(f"SELECT meta FROM {s}.ledgers WHERE name = %s",
-                                  (self.name,)).fetchone()[0]
-            check_meta_history(history, current, self._key)
+            self._check_history(cur)
             self.snapshot = snap
             return cached
 
@@ -442,6 +429,16 @@ class PostgresStore(PostgresAppends):
         """Every stored snapshot, oldest first, each link checked."""
         rows = self._read(lambda cur: self._snapshot_rows(cur))
         return [snapshot_of(row, self._key) for row in rows]
+
+    def _check_history(self, cur: Any) -> None:
+        """The settings history is intact and ends at the current settings."""
+        history = cur.execute(
+            f"SELECT version, at, head, meta, prev_hash, hash FROM {self._s}.meta_history "
+            "WHERE ledger = %s ORDER BY version", (self.name,),
+        ).fetchall()
+        current = cur.execute(f"SELECT meta FROM {self._s}.ledgers WHERE name = %s",
+                              (self.name,)).fetchone()[0]
+        check_meta_history(history, current, self._key)
 
     def write_snapshot(self, head: int, settings: str, state: str | None) -> bool:
         """Store a snapshot of the ledger after ``head`` records, if that is still its

@@ -272,15 +272,7 @@ class SQLiteStore(SQLiteAppends):
                 (self.name,),
             ).fetchall()
             check_ledger(rows, cached, self._snapshot_rows(cur), self._key)
-            meta_rows = cur.execute(
-                "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
-                "WHERE ledger = ? ORDER BY version",
-                (self.name,),
-            ).fetchall()
-            current = cur.execute(
-                "SELECT meta FROM ledgers WHERE name = ?", (self.name,)
-            ).fetchone()[0]
-            check_meta_history(meta_rows, current, self._key)
+            self._check_history(cur)
             return cached
 
         return self._read(check)
@@ -316,13 +308,7 @@ class SQLiteStore(SQLiteAppends):
             ).fetchall()
             check_since_snapshot(snap, None if anchor is None else str(anchor[0]), since,
                                  cached, self._key)
-            meta_rows = cur.execute(
-                "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
-                "WHERE ledger = ? ORDER BY version", (self.name,),
-            ).fetchall()
-            current = cur.execute(
-                "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone()[0]
-            check_meta_history(meta_rows, current, self._key)
+            self._check_history(cur)
             self.snapshot = snap
             return cached
 
@@ -333,6 +319,16 @@ class SQLiteStore(SQLiteAppends):
         """Every stored snapshot, oldest first, each link checked."""
         rows = self._read(lambda cur: self._snapshot_rows(cur))
         return [snapshot_of(row, self._key) for row in rows]
+
+    def _check_history(self, cur: sqlite3.Cursor) -> None:
+        """The settings history is intact and ends at the current settings."""
+        history = cur.execute(
+            "SELECT version, at, head, meta, prev_hash, hash FROM meta_history "
+            "WHERE ledger = ? ORDER BY version", (self.name,),
+        ).fetchall()
+        current = cur.execute("SELECT meta FROM ledgers WHERE name = ?",
+                              (self.name,)).fetchone()[0]
+        check_meta_history(history, current, self._key)
 
     def write_snapshot(self, head: int, settings: str, state: str | None) -> bool:
         """Store a snapshot of the ledger after ``head`` records, if that is still its
