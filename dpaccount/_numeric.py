@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 from scipy import special
 
@@ -402,17 +402,30 @@ def laplace_epsilon_up(scale: Fraction, sensitivity: Fraction) -> Fraction:
     return sensitivity / scale
 
 
+#: Beyond this epsilon, e^epsilon is computed in logarithms (math.expm1 overflows at ~709.8).
+_EXPM1_SAFE: Final = 700
+#: An upper bound on e^-700 (= 9.86e-305).
+_EXP_MINUS_700_UP: Final = 1e-304
+
+
 def log1p_expm1_scaled_up(rate: Fraction, epsilon: Fraction) -> Fraction:
     """An upper bound on ln(1 + rate * (e^epsilon - 1)), the amplified epsilon.
 
     Examples:
         >>> log1p_expm1_scaled_up(Fraction(1), Fraction(1, 2)) >= Fraction(1, 2)
         True
+        >>> 993.09 < log1p_expm1_scaled_up(Fraction(1, 1000), Fraction(1000)) < 993.1  # 1000 + ln q
+        True
     """
     if rate == 1:
         return epsilon
     if epsilon == 0:
         return ZERO
+    if epsilon > _EXPM1_SAFE:
+        # ln(1 + q (e^eps - 1)) = eps + ln(q + (1 - q) e^-eps) <= eps + ln(q + e^-700):
+        # e^eps overflows a float here, its logarithm does not.
+        shift = log_up(math.nextafter(float_up(rate) + _EXP_MINUS_700_UP, math.inf))
+        return min(epsilon + up(shift), epsilon)
     inner = float_up(rate) * math.nextafter(math.expm1(float_up(epsilon)), math.inf)
     return min(up(math.log1p(inner), ulps=8), epsilon)
 

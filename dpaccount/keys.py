@@ -78,7 +78,7 @@ class LedgerKey:
 
     def sign(self, message: bytes) -> str:
         """HMAC-SHA256 of ``message`` under the key (hex)."""
-        return hmac.new(self.secret, message, hashlib.sha256).hexdigest()
+        return hmac.digest(self.secret, message, "sha256").hex()
 
     def verify(self, message: bytes, mac: str) -> bool:
         """Whether ``mac`` is this key's HMAC of ``message`` (compared in constant time)."""

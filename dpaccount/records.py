@@ -370,14 +370,35 @@ def encode_record(record: LedgerRecord) -> RecordModel:
     )
 
 
-#: Decoded (charge, cost) pairs by their validated serialised form: a ledger repeats a
-#: few charges many times, and rebuilding and re-checking each is most of a decode.
-_DECODED: dict[tuple[Any, CostModel], tuple[Charge, PrivacyCost]] = {}
+#: Decoded (charge, cost) pairs by their validated serialised form (`_fingerprint`): a
+#: ledger repeats a few charges many times, and rebuilding and re-checking each is most of
+#: a decode.
+_DECODED: dict[tuple[Any, ...], tuple[Charge, PrivacyCost]] = {}
 _DECODED_MAX = 4096
 
 
+def _fingerprint(model: pydantic.BaseModel) -> tuple[Any, ...]:
+    """A hashable value equal for two validated models exactly when they are equal: the
+    model's class and its field values, nested models and lists of them taken apart the
+    same way. (The models themselves are not hashable when they hold a list, and their
+    ``__eq__`` is slower than this.)
+
+    Examples:
+        >>> _fingerprint(CostModel(epsilon="1/2", delta="0/1"))
+        (<class 'dpaccount.records.CostModel'>, 'cost', '1/2', '0/1')
+    """
+    if not isinstance(model, SubsampledModel | ParallelModel | RepeatedModel):
+        return (type(model), *model.__dict__.values())  # every field a str, int or enum
+    return (type(model), *(
+        _fingerprint(value) if isinstance(value, pydantic.BaseModel)
+        else tuple(map(_fingerprint, value)) if isinstance(value, list)
+        else value
+        for value in model.__dict__.values()
+    ))
+
+
 def _charge_and_cost(model: RecordModel) -> tuple[Charge, PrivacyCost]:
-    key = (model.charge, model.cost)
+    key = (_fingerprint(model.charge), model.cost.epsilon, model.cost.delta)
     found = _DECODED.get(key)
     if found is not None:
         return found
@@ -396,15 +417,18 @@ def _charge_and_cost(model: RecordModel) -> tuple[Charge, PrivacyCost]:
     return charge, cost
 
 
+_RECORD_VALIDATOR: Final = RecordModel.__pydantic_validator__
+
+
 def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRecord:
     """Validate and rebuild a record; any defect raises `LedgerCorruptError`."""
     try:
-        if isinstance(data, RecordModel):
+        if isinstance(data, str | bytes):  # stored rows: the common case, validated directly
+            model = _RECORD_VALIDATOR.validate_json(data)
+        elif isinstance(data, RecordModel):
             model = data
-        elif isinstance(data, dict):
-            model = RecordModel.model_validate(data)
         else:
-            model = RecordModel.model_validate_json(data)
+            model = RecordModel.model_validate(data)
         charge, cost = _charge_and_cost(model)
     except (pydantic.ValidationError, InvalidCostError, ValueError, ZeroDivisionError) as exc:
         raise LedgerCorruptError(f"a stored record is invalid: {exc}") from exc

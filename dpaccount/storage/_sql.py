@@ -25,12 +25,13 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import pydantic
 
 from dpaccount._numeric import int_text, text_int
+from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, LedgerConflictError, LedgerCorruptError, StorageError
 from dpaccount.keys import KEY_FILE_ENV, LedgerKey, link
 from dpaccount.records import (
@@ -44,6 +45,7 @@ from dpaccount.records import (
 
 __all__ = [
     "SUM_BITS",
+    "VERIFY_CHUNK",
     "LedgerTip",
     "RecordRow",
     "Snapshot",
@@ -120,11 +122,15 @@ class LedgerTip:
     def after(self, record: LedgerRecord, record_hash: str) -> LedgerTip:
         """The tip once ``record`` (hashing to ``record_hash``) is appended (its sums
         kept within `SUM_BITS` by `bounded_sum`)."""
+        return self.plus(record.cost, record_hash)
+
+    def plus(self, cost: PrivacyCost, record_hash: str) -> LedgerTip:
+        """The tip once a record of ``cost`` hashing to ``record_hash`` is appended."""
         return LedgerTip(
             self.head + 1,
             record_hash,
-            bounded_sum(self.epsilon_sum + record.cost.epsilon),
-            bounded_sum(self.delta_sum + record.cost.delta),
+            bounded_sum(self.epsilon_sum + cost.epsilon),
+            bounded_sum(self.delta_sum + cost.delta),
         )
 
 
@@ -401,14 +407,14 @@ def _sum_agrees(cached: Fraction, rounded: Fraction, exact: Callable[[], Fractio
     return cached >= exact()
 
 
-def check_tip(actual: LedgerTip, cached: LedgerTip, records: Sequence[LedgerRecord]) -> None:
+def check_tip(actual: LedgerTip, cached: LedgerTip, costs: Sequence[PrivacyCost]) -> None:
     """Compare the tip the records give with the cached one.
 
     Args:
         actual: `tip_of` the records.
         cached: The ledger row's tip.
-        records: The records themselves, to compare a cached sum that is not their
-            running sum with their exact sum (ledgers cached before sums were bounded).
+        costs: The records' costs, to compare a cached sum that is not their running sum
+            with their exact sum (ledgers cached before sums were bounded).
 
     Raises:
         LedgerCorruptError: The records were truncated, or the cache was edited; the
@@ -428,10 +434,10 @@ def check_tip(actual: LedgerTip, cached: LedgerTip, records: Sequence[LedgerReco
         )
     agrees = actual.last_hash == cached.last_hash and _sum_agrees(
         cached.epsilon_sum, actual.epsilon_sum,
-        lambda: sum((r.cost.epsilon for r in records), Fraction(0)), actual.head,
+        lambda: sum((c.epsilon for c in costs), Fraction(0)), actual.head,
     ) and _sum_agrees(
         cached.delta_sum, actual.delta_sum,
-        lambda: sum((r.cost.delta for r in records), Fraction(0)), actual.head,
+        lambda: sum((c.delta for c in costs), Fraction(0)), actual.head,
     )
     if not agrees:
         raise LedgerCorruptError(
@@ -568,10 +574,11 @@ def sums_follow(old_epsilon: str, old_delta: str, new_epsilon: str, new_delta: s
         return False
 
 
-def running_tips(records: Sequence[LedgerRecord], rows: Sequence[RecordRow],
+def running_tips(costs: Sequence[PrivacyCost], hash_at: Callable[[int], str],
                  heads: Iterable[int] = ()) -> tuple[LedgerTip, dict[int, LedgerTip]]:
-    """The tip after all records and after each of ``heads``, exactly as adding the
-    records one by one with `LedgerTip.after` gives them.
+    """The tip after all records (of ``costs``, in order) and after each of ``heads``,
+    exactly as adding the records one by one with `LedgerTip.after` gives them;
+    ``hash_at(n)`` is the hash of record ``n - 1``, asked for the heads and the end only.
 
     While the least common multiple of the costs' denominators fits in `SUM_BITS`, no
     running sum is ever rounded, so each sum is a sum of counts times distinct costs
@@ -585,55 +592,77 @@ def running_tips(records: Sequence[LedgerRecord], rows: Sequence[RecordRow],
     def tip(n: int) -> LedgerTip:
         eps = sum((c.epsilon * k for c, k in counts.values()), Fraction(0))
         delta = sum((c.delta * k for c, k in counts.values()), Fraction(0))
-        return LedgerTip(n, rows[n - 1][3] if n else GENESIS_HASH, eps, delta)
+        return LedgerTip(n, hash_at(n) if n else GENESIS_HASH, eps, delta)
 
-    for n, record in enumerate(records, 1):
-        cost = record.cost
+    for n, cost in enumerate(costs, 1):
         entry = counts.get(id(cost))
         if entry is None:
             lcm_e = math.lcm(lcm_e, cost.epsilon.denominator)
             lcm_d = math.lcm(lcm_d, cost.delta.denominator)
             if lcm_e.bit_length() > SUM_BITS or lcm_d.bit_length() > SUM_BITS:
-                return _running_tips_one_by_one(records, rows, wanted)
+                return _running_tips_one_by_one(costs, hash_at, wanted)
             counts[id(cost)] = [cost, 1]
         else:
             entry[1] += 1
         if n in wanted:
             at[n] = tip(n)
-    return tip(len(records)), at
+    return tip(len(costs)), at
 
 
-def _running_tips_one_by_one(records: Sequence[LedgerRecord], rows: Sequence[RecordRow],
+def _running_tips_one_by_one(costs: Sequence[PrivacyCost], hash_at: Callable[[int], str],
                              wanted: set[int]) -> tuple[LedgerTip, dict[int, LedgerTip]]:
     running, at = EMPTY_TIP, {}
-    for record, row in zip(records, rows, strict=True):
-        running = running.after(record, row[3])
-        if running.head in wanted:
-            at[running.head] = running
+    for n, cost in enumerate(costs, 1):
+        running = running.plus(cost, "")  # the hash is filled in where it is asked for
+        if n in wanted:
+            at[n] = attrs.evolve(running, last_hash=hash_at(n))
+    if costs:
+        running = attrs.evolve(running, last_hash=hash_at(len(costs)))
     return running, at
 
 
-def check_ledger(rows: Sequence[RecordRow], cached: LedgerTip,
-                 snapshot_rows: Sequence[SnapshotRow], key: LedgerKey | None
-                 ) -> list[LedgerRecord]:
+#: Full verification reads and checks this many records at a time, so its memory does not
+#: grow with the ledger (a cost reference per record is all it keeps).
+VERIFY_CHUNK: Final = 50_000
+
+
+def check_ledger(chunks: Iterable[Sequence[RecordRow]], cached: LedgerTip,
+                 snapshot_rows: Sequence[SnapshotRow], key: LedgerKey | None) -> None:
     """Verify a whole ledger's records: decoded, chained from the genesis hash, the cached
     tip what they add up to, and every snapshot's link and tip those of the records up
     to its head.
 
+    Args:
+        chunks: The ledger's record rows in seq order, in consecutive chunks (each
+            checked and then dropped).
+        cached: The ledger row's tip.
+        snapshot_rows: The ledger's stored snapshots.
+        key: The ledger's key if it is keyed.
+
     Raises:
         LedgerCorruptError: With the seq of the first bad record.
     """
-    records = check_records(rows, 0, GENESIS_HASH, key)
     snapshots = [snapshot_of(row, key) for row in snapshot_rows]
-    final, at = running_tips(records, rows, (snap.tip.head for snap in snapshots))
-    check_tip(final, cached, records)
+    heads = {snap.tip.head for snap in snapshots}
+    costs: list[PrivacyCost] = []
+    hashes: dict[int, str] = {}  # head -> the hash of the record before it, where asked
+    prev = GENESIS_HASH
+    for chunk in chunks:
+        start = len(costs)
+        costs.extend(record.cost for record in check_records(chunk, start, prev, key))
+        for head in heads:
+            if start < head <= len(costs):
+                hashes[head] = chunk[head - start - 1][3]
+        prev = chunk[-1][3] if chunk else prev
+    hashes[len(costs)] = prev
+    final, at = running_tips(costs, hashes.__getitem__, heads)
+    check_tip(final, cached, costs)
     for snap in snapshots:
-        if snap.tip.head > len(records):
+        if snap.tip.head > len(costs):
             raise LedgerCorruptError(
                 f"a snapshot at record {snap.tip.head} is beyond the records",
-                seq=len(records))
+                seq=len(costs))
         if at[snap.tip.head] != snap.tip:
             raise LedgerCorruptError(
                 f"the snapshot at record {snap.tip.head} does not match the records before "
                 "it", seq=snap.tip.head - 1)
-    return records

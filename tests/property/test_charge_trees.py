@@ -17,11 +17,15 @@ top-down): each node *provides* the set of relations its guarantee holds for.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
+import mpmath
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaccount import Accountant, Budget
+from dpaccount._numeric import log1p_expm1_scaled_up
 from dpaccount.charges import (
     BoundedRangeCharge,
     GaussianCharge,
@@ -114,3 +118,20 @@ def test_parallel_of_the_other_relation_around_a_subsample_is_refused() -> None:
     # Consistent trees are admitted.
     acct.charge(Parallel([poisson_part.charge, Subsampled(PrivacyCost(1), "0.1", "poisson")]))
     assert len(acct.records) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=st.fractions(min_value=Fraction(1, 10**6), max_value=1, max_denominator=10**6),
+       epsilon=st.fractions(min_value=0, max_value=10**5, max_denominator=1000))
+def test_amplified_epsilon_is_an_upper_bound_at_any_epsilon(rate: Fraction,
+                                                             epsilon: Fraction) -> None:
+    """ln(1 + q (e^eps - 1)) (Balle, Barthe and Gaboardi 2018, Thm 8) is never under-counted,
+    is within 1e-9 of the exact value, and is finite where e^eps overflows a float
+    (regression: a subsample of a charge with eps > 709.8 raised OverflowError)."""
+    mpmath.mp.dps = 50
+    q, eps = mpmath.mpf(rate.numerator) / rate.denominator, \
+        mpmath.mpf(epsilon.numerator) / epsilon.denominator
+    exact = eps + mpmath.log(q + (1 - q) * mpmath.exp(-eps)) if eps > 0 else mpmath.mpf(0)
+    bound = log1p_expm1_scaled_up(rate, epsilon)
+    assert mpmath.mpf(bound.numerator) / bound.denominator >= exact
+    assert bound - Fraction(mpmath.nstr(exact, 40)) <= Fraction(1, 10**9) * max(1, epsilon)

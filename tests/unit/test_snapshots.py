@@ -199,6 +199,46 @@ def test_ledger_verify_checks_every_snapshot_state(url: str) -> None:
     assert len(states) == 2 and all(json.loads(s)["kind"] == "rdp" for s in states)
 
 
+@pytest.mark.parametrize("chunk", [7, 16])
+def test_full_verification_streams_the_records_in_chunks(
+    url: str, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stores read the records for ``verify`` in chunks of `VERIFY_CHUNK` (16 puts a
+    snapshot head on a chunk boundary, 7 inside a chunk); an altered record in a later
+    chunk is still named."""
+    from dpaccount.storage.postgres import store as pg_store
+    from dpaccount.storage.sqlite import store as sqlite_store
+
+    for module in (sqlite_store, pg_store):
+        monkeypatch.setattr(module, "VERIFY_CHUNK", chunk)
+    _fill(url, SNAPSHOT_EVERY + 20, rule="basic")
+    with open_ledger(url, name="L", read_only=True) as acct:
+        assert acct.store.verify().head == SNAPSHOT_EVERY + 20  # type: ignore[attr-defined]
+    _alter_record(url, SNAPSHOT_EVERY + 3)
+    with open_ledger(url, name="L", read_only=True, verify="recent") as acct, \
+            pytest.raises(LedgerCorruptError) as info:
+        acct.store.verify()  # type: ignore[attr-defined]
+    assert info.value.seq == SNAPSHOT_EVERY + 3
+
+
+def _alter_record(url: str, seq: int) -> None:
+    """Edit one record's payload in place, its stored links left as they were."""
+    edit = "UPDATE {}records SET payload = replace(payload, '\"basic\"', '\"Basic\"') "
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            conn.execute("DROP TRIGGER records_append_only_update")
+            conn.execute(edit.format("") + "WHERE seq = ?", (seq,))
+        conn.close()
+    else:
+        import psycopg
+
+        schema = f'"{url.split("schema=")[1]}".'
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {schema}records DISABLE TRIGGER USER")
+            conn.execute(edit.format(schema) + "WHERE seq = %s", (seq,))
+            conn.execute(f"ALTER TABLE {schema}records ENABLE TRIGGER USER")
+
+
 def test_a_laplace_ledger_under_pld_resumes_too(sqlite_url: str) -> None:
     plan = (LaplaceCharge(scale=200, sensitivity=1), 400)
     with open_ledger(sqlite_url, name="P", budget=Budget(5, "1e-6"), rule="pld",

@@ -23,6 +23,7 @@ from dpaccount.records import (
     LedgerRecord,
 )
 from dpaccount.storage._sql import (
+    VERIFY_CHUNK,
     LedgerTip,
     MetaRow,
     RecordRow,
@@ -372,12 +373,14 @@ class PostgresStore(PostgresAppends):
             cached = self._tip_row(cur)
             if cached is None:
                 raise StorageError(f"there is no ledger named {self.name!r}")
-            cur.execute(
-                f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s ORDER BY seq",
-                (self.name,),
-            )
-            rows: list[RecordRow] = cur.fetchall()
-            check_ledger(rows, cached, self._snapshot_rows(cur), self._key)
+            snapshots = self._snapshot_rows(cur)
+            with cur.connection.cursor(name="dpaccount_verify") as rows:  # server-side
+                rows.execute(
+                    f"SELECT {RECORD_COLUMNS} FROM {s}.records WHERE ledger = %s ORDER BY seq",
+                    (self.name,),
+                )
+                check_ledger(iter(lambda: rows.fetchmany(VERIFY_CHUNK), []), cached,
+                             snapshots, self._key)
             self._check_history(cur)
             return cached
 

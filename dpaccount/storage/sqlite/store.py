@@ -21,6 +21,7 @@ from dpaccount.records import (
 )
 from dpaccount.storage._sql import (
     TABLES_VERSION,
+    VERIFY_CHUNK,
     LedgerTip,
     MetaRow,
     RecordRow,
@@ -267,11 +268,13 @@ class SQLiteStore(SQLiteAppends):
             if cached is None:
                 raise StorageError(f"there is no ledger named {self.name!r} in {self.path!r}")
             self._check_key(cur)
-            rows: list[RecordRow] = cur.execute(
+            snapshots = self._snapshot_rows(cur)
+            rows = cur.connection.execute(
                 f"SELECT {RECORD_COLUMNS} FROM records WHERE ledger = ? ORDER BY seq",
                 (self.name,),
-            ).fetchall()
-            check_ledger(rows, cached, self._snapshot_rows(cur), self._key)
+            )
+            check_ledger(iter(lambda: rows.fetchmany(VERIFY_CHUNK), []), cached, snapshots,
+                         self._key)
             self._check_history(cur)
             return cached
 
