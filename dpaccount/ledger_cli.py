@@ -170,7 +170,8 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
         meta = store.stored_meta()
         if meta is None:
             raise StorageError(f"there is no ledger named {name!r} at {redact_url(args.url)}")
-        tip = store.verify()
+        records: list[LedgerRecord] = []
+        tip = store.verify(sink=records.extend)  # the records it checked, decoded once
         if hasattr(store, "check_functions"):
             store.check_functions()
         missing: list[str] = getattr(store, "missing_protections", list)()
@@ -179,7 +180,6 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
                 f"protective triggers are dropped or disabled: {', '.join(missing)}; the "
                 "database no longer refuses edits, so its records cannot be trusted"
             )
-        records = list(store.read())
         check_snapshot_states(records, store.snapshots())
         return _Loaded(meta, records, tip, store.meta_history(),
                        store.chain_rows() if rows else None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from dpaccount.charges import Atom, Charge, atoms
@@ -107,6 +108,13 @@ class Rule(abc.ABC, Generic[State]):
         """Fold a whole charge (with its multiplicity) into ``state``."""
         for atom, count in atoms(charge):
             state = self.add(state, atom, count)
+        return state
+
+    def extend_all(self, state: State, charges: Iterable[Charge]) -> State:
+        """Fold many charges in order (a replay); rules whose state is a plain sum over
+        charges override this to fold each distinct charge once, times its count."""
+        for charge in charges:
+            state = self.extend(state, charge)
         return state
 
     def remaining(self, state: State, budget: Budget, k: int) -> Budget:

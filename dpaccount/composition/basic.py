@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from fractions import Fraction
+from typing import Any
 
 import attrs
 
@@ -59,6 +60,23 @@ class BasicRule(Rule[BasicState]):
         return BasicState(
             state.epsilon + cost.epsilon * count, state.delta + cost.delta * count
         )
+
+    def extend_all(self, state: BasicState, charges: Iterable[Charge]) -> BasicState:
+        """The sums are exact and order-free, so each distinct charge object (a decoded
+        ledger shares them) is folded once and multiplied by how often it occurs."""
+        counts: dict[int, list[Any]] = {}  # id(charge) -> [charge, count]
+        for charge in charges:
+            entry = counts.get(id(charge))
+            if entry is None:
+                counts[id(charge)] = [charge, 1]
+            else:
+                entry[1] += 1
+        epsilon, delta = state.epsilon, state.delta
+        for charge, count in counts.values():
+            once = self.extend(self.start(), charge)
+            epsilon += once.epsilon * count
+            delta += once.delta * count
+        return BasicState(epsilon, delta)
 
     def total(self, state: BasicState) -> PrivacyCost:
         if state.delta >= 1:

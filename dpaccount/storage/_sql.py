@@ -627,7 +627,8 @@ VERIFY_CHUNK: Final = 50_000
 
 
 def check_ledger(chunks: Iterable[Sequence[RecordRow]], cached: LedgerTip,
-                 snapshot_rows: Sequence[SnapshotRow], key: LedgerKey | None) -> None:
+                 snapshot_rows: Sequence[SnapshotRow], key: LedgerKey | None,
+                 sink: Callable[[list[LedgerRecord]], object] | None = None) -> None:
     """Verify a whole ledger's records: decoded, chained from the genesis hash, the cached
     tip what they add up to, and every snapshot's link and tip those of the records up
     to its head.
@@ -638,6 +639,8 @@ def check_ledger(chunks: Iterable[Sequence[RecordRow]], cached: LedgerTip,
         cached: The ledger row's tip.
         snapshot_rows: The ledger's stored snapshots.
         key: The ledger's key if it is keyed.
+        sink: Given each chunk's decoded records once they are checked (a caller that
+            needs the records too, such as ``dpaccount ledger verify``, decodes once).
 
     Raises:
         LedgerCorruptError: With the seq of the first bad record.
@@ -649,7 +652,10 @@ def check_ledger(chunks: Iterable[Sequence[RecordRow]], cached: LedgerTip,
     prev = GENESIS_HASH
     for chunk in chunks:
         start = len(costs)
-        costs.extend(record.cost for record in check_records(chunk, start, prev, key))
+        records = check_records(chunk, start, prev, key)
+        costs.extend(record.cost for record in records)
+        if sink is not None:
+            sink(records)
         for head in heads:
             if start < head <= len(costs):
                 hashes[head] = chunk[head - start - 1][3]

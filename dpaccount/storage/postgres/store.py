@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -359,8 +359,12 @@ class PostgresStore(PostgresAppends):
             ]
         )
 
-    def verify(self) -> LedgerTip:
+    def verify(self, sink: Callable[[list[LedgerRecord]], object] | None = None
+               ) -> LedgerTip:
         """Check the whole ledger: records, chain, cached tip and metadata history.
+
+        The records are read and checked in chunks of `VERIFY_CHUNK`; ``sink``, if given,
+        is handed each chunk's decoded records (so a caller that needs them decodes once).
 
         Raises:
             LedgerCorruptError: With ``.seq`` set to the first bad record.
@@ -380,7 +384,7 @@ class PostgresStore(PostgresAppends):
                     (self.name,),
                 )
                 check_ledger(iter(lambda: rows.fetchmany(VERIFY_CHUNK), []), cached,
-                             snapshots, self._key)
+                             snapshots, self._key, sink)
             self._check_history(cur)
             return cached
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from dpaccount.errors import (
@@ -252,8 +252,12 @@ class SQLiteStore(SQLiteAppends):
             lambda cur: [str(r[0]) for r in cur.execute("SELECT name FROM ledgers ORDER BY name")]
         )
 
-    def verify(self) -> LedgerTip:
+    def verify(self, sink: Callable[[list[LedgerRecord]], object] | None = None
+               ) -> LedgerTip:
         """Check the whole ledger: records, chain, cached tip and metadata history.
+
+        The records are read and checked in chunks of `VERIFY_CHUNK`; ``sink``, if given,
+        is handed each chunk's decoded records (so a caller that needs them decodes once).
 
         Returns:
             The verified tip (record count, exact sums, last hash).
@@ -274,7 +278,7 @@ class SQLiteStore(SQLiteAppends):
                 (self.name,),
             )
             check_ledger(iter(lambda: rows.fetchmany(VERIFY_CHUNK), []), cached, snapshots,
-                         self._key)
+                         self._key, sink)
             self._check_history(cur)
             return cached
 
