@@ -215,3 +215,24 @@ def test_filter_versus_basic(stream: list[Fraction], budget_eps: Fraction) -> No
         basic_sum = sum(kept, Fraction(0))
         if basic_sum > budget_eps:  # basic composition would refuse this stream
             assert total.epsilon < basic_sum
+
+
+@settings(max_examples=100, deadline=None)
+@given(pool=st.lists(st.one_of(costs, st.builds(Repeated, costs, st.integers(1, 5))),
+                     min_size=1, max_size=4),
+       picks=st.lists(st.integers(0, 3), max_size=40), start=costs)
+def test_basic_bulk_replay_equals_folding_one_by_one(pool: list[Any], picks: list[int],
+                                                     start: PrivacyCost) -> None:
+    """`BasicRule.extend_all` folds each distinct charge object once, times its count;
+    the state is exactly that of folding the same charges in order (shared objects and
+    equal-but-distinct ones alike)."""
+    rule = BasicRule()
+    charges = [pool[i % len(pool)] for i in picks]  # the same objects, many times
+    charges += [PrivacyCost(c.epsilon, c.delta) for c in charges[:3]
+                if isinstance(c, PrivacyCost)]  # equal values, other objects
+    state = rule.extend(rule.start(), start)
+    one_by_one = state
+    for charge in charges:
+        one_by_one = rule.extend(one_by_one, charge)
+    assert rule.extend_all(state, charges) == one_by_one
+    assert rule.extend_all(state, iter(charges)) == one_by_one  # any iterable, once
