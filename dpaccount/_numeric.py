@@ -68,6 +68,17 @@ _DECIMAL_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE]([+-]?[
 _RATIO_TEXT = re.compile(r"[+-]?[0-9]+/[0-9]+")
 
 
+def at_most(a: Fraction, b: Fraction) -> bool:
+    """``a <= b`` for Fractions, by cross-multiplying their (positive-denominator) integer
+    parts: the same answer as ``<=`` without its type dispatch, for per-charge paths.
+
+    Examples:
+        >>> at_most(Fraction(1, 3), Fraction(1, 3)), at_most(Fraction(2, 5), Fraction(1, 3))
+        (True, False)
+    """
+    return a.numerator * b.denominator <= b.numerator * a.denominator
+
+
 def int_text(value: int) -> str:
     """Decimal digits of an integer of any size (Python's int-to-str limit does not apply:
     a ledger's exact sums may grow past 4300 digits and must stay writable and readable)."""

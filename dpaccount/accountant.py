@@ -441,7 +441,7 @@ class Accountant:
             for _attempt in range(_MAX_CONFLICT_RETRIES):
                 if query_id is not None:
                     self._refuse_duplicate(query_id)
-                new_state = self._rule.extend(self._state, charge)
+                new_state = self._rule.extend_costed(self._state, charge, cost)
                 if not self._rule.admits(new_state, self._budget):
                     if self._store.head() != self._head:
                         self._catch_up()  # refuse with the true totals (refusals are rare)

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from dpaccount._numeric import ZERO, check_delta, check_epsilon, float_up
+from dpaccount._numeric import ZERO, at_most, check_delta, check_epsilon, float_up
 from dpaccount.errors import InvalidCostError
 
 __all__ = ["Budget", "PrivacyCost", "format_number"]
@@ -187,9 +187,9 @@ class PrivacyCost:
 
     def fits(self, budget: Budget) -> bool:
         """Whether this total is within ``budget`` (both coordinates, inclusive)."""
-        if budget.epsilon is not None and self.epsilon > budget.epsilon:
+        if budget.epsilon is not None and not at_most(self.epsilon, budget.epsilon):
             return False
-        return self.delta <= budget.delta
+        return at_most(self.delta, budget.delta)
 
     def __repr__(self) -> str:
         return (

@@ -60,6 +60,7 @@ from typing import Any
 import attrs
 
 from dpaccount._numeric import (
+    at_most,
     check_count,
     check_delta,
     check_epsilon,
@@ -922,12 +923,12 @@ class PLDRule(Rule[PLDState]):
         )
 
     def total(self, state: PLDState) -> PrivacyCost:
-        basic = state.delta < 1
+        basic = state.delta.numerator < state.delta.denominator  # delta < 1
         if not any(state.used):
             return _trusted(Fraction(0), Fraction(0))
         plan = self._total
         if plan is None or (
-            basic and state.epsilon <= plan.epsilon and state.delta <= plan.delta
+            basic and at_most(state.epsilon, plan.epsilon) and at_most(state.delta, plan.delta)
         ):
             if not basic:
                 raise InvalidCostError("delta", state.delta, "the summed delta reaches 1")

@@ -110,6 +110,12 @@ class Rule(abc.ABC, Generic[State]):
             state = self.add(state, atom, count)
         return state
 
+    def extend_costed(self, state: State, charge: Charge, cost: PrivacyCost) -> State:
+        """`extend`, given ``cost = cost_of(charge)`` already computed by the caller (the
+        accountant costs every charge first); rules that need only the cost use it
+        instead of costing the charge again."""
+        return self.extend(state, charge)
+
     def extend_all(self, state: State, charges: Iterable[Charge]) -> State:
         """Fold many charges in order (a replay); rules whose state is a plain sum over
         charges override this to fold each distinct charge once, times its count."""

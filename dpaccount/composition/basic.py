@@ -61,6 +61,12 @@ class BasicRule(Rule[BasicState]):
             state.epsilon + cost.epsilon * count, state.delta + cost.delta * count
         )
 
+    def extend_costed(self, state: BasicState, charge: Charge, cost: PrivacyCost
+                      ) -> BasicState:
+        """``cost_of(charge)`` is the sum of its atoms' costs times their counts
+        (`Repeated.cost` multiplies exactly), which is what `extend` adds."""
+        return BasicState(state.epsilon + cost.epsilon, state.delta + cost.delta)
+
     def extend_all(self, state: BasicState, charges: Iterable[Charge]) -> BasicState:
         """The sums are exact and order-free, so each distinct charge object (a decoded
         ledger shares them) is folded once and multiplied by how often it occurs."""

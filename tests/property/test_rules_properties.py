@@ -8,10 +8,11 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from charge_strategies import every_charge
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dpaccount.charges import Repeated
+from dpaccount.charges import Repeated, cost_of
 from dpaccount.composition.advanced import (
     AdvancedRule,
     advanced,
@@ -236,3 +237,13 @@ def test_basic_bulk_replay_equals_folding_one_by_one(pool: list[Any], picks: lis
         one_by_one = rule.extend(one_by_one, charge)
     assert rule.extend_all(state, charges) == one_by_one
     assert rule.extend_all(state, iter(charges)) == one_by_one  # any iterable, once
+
+
+@settings(max_examples=200, deadline=None)
+@given(charge=every_charge, start=costs)
+def test_basic_extend_costed_equals_extend(charge: Any, start: PrivacyCost) -> None:
+    """The accountant hands the basic rule the cost it computed: adding it is exactly
+    folding the charge's atoms (every kind, nested)."""
+    rule = BasicRule()
+    state = rule.extend(rule.start(), start)
+    assert rule.extend_costed(state, charge, cost_of(charge)) == rule.extend(state, charge)
