@@ -43,13 +43,8 @@ from dpaccount.composition.states import encode_state
 from dpaccount.ledger_cli import ledger_main
 from dpaccount.ledgers import open_store
 from dpaccount.records import GENESIS_HASH, LedgerRecord, chain_hash_payload
-from dpaccount.storage._sql import (
-    LedgerTip,
-    frac_text,
-    renumberable,
-    snapshot_link,
-    snapshot_settings,
-)
+from dpaccount.storage._chain import snapshot_link
+from dpaccount.storage._sql import LedgerTip, frac_text, renumberable, snapshot_settings
 
 COST = PrivacyCost("0.000001")
 

@@ -29,16 +29,14 @@ from dpaccount.costs import PrivacyCost, format_bound
 from dpaccount.errors import ConfigError, DPAccountError, LedgerCorruptError
 from dpaccount.keys import LedgerKey
 from dpaccount.records import GENESIS_HASH, LedgerMeta, LedgerRecord, decode_record
+from dpaccount.storage._chain import Snapshot, check_records, tip_of
 from dpaccount.storage._sql import (
     LedgerTip,
     MetaRow,
     RecordRow,
-    Snapshot,
     check_key,
     check_meta_history,
-    check_records,
     parse_meta,
-    tip_of,
 )
 
 __all__ = [

@@ -25,14 +25,8 @@ from dpaccount.records import (
     decode_record,
     encode_record,
 )
-from dpaccount.storage._sql import (
-    check_ledger,
-    check_records,
-    frac_text,
-    parse_frac,
-    snapshot_link,
-    tip_of,
-)
+from dpaccount.storage._chain import check_ledger, check_records, snapshot_link, tip_of
+from dpaccount.storage._sql import frac_text, parse_frac
 
 charges = st.one_of(
     st.builds(PrivacyCost, fractions, deltas),

@@ -24,7 +24,7 @@ from dpaccount.composition.states import decode_state, encode_state
 from dpaccount.errors import LedgerCorruptError
 from dpaccount.keys import LedgerKey
 from dpaccount.ledger_cli import ledger_main
-from dpaccount.storage._sql import snapshot_link
+from dpaccount.storage._chain import snapshot_link
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -25,16 +25,8 @@ from dpaccount.records import (
     chain_hash,
     chain_hash_payload,
 )
-from dpaccount.storage._sql import (
-    LedgerTip,
-    RecordRow,
-    check_not_behind,
-    check_records,
-    frac_text,
-    missed_records,
-    renumberable,
-    within_limits,
-)
+from dpaccount.storage._chain import check_not_behind, check_records, missed_records
+from dpaccount.storage._sql import LedgerTip, RecordRow, frac_text, renumberable, within_limits
 from dpaccount.storage.base import AppendResult, GroupAppend
 from dpaccount.storage.postgres.session import PostgresSession
 

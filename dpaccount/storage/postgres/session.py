@@ -28,14 +28,8 @@ from dpaccount.records import (
     LedgerRecord,
     chain_hash_payload,
 )
-from dpaccount.storage._sql import (
-    LedgerTip,
-    RecordRow,
-    Snapshot,
-    check_key,
-    frac_text,
-    parse_frac,
-)
+from dpaccount.storage._chain import Snapshot
+from dpaccount.storage._sql import LedgerTip, RecordRow, check_key, frac_text, parse_frac
 
 __all__ = ["RECORD_COLUMNS", "PostgresSession"]
 

@@ -22,22 +22,24 @@ from dpaccount.records import (
     LedgerMeta,
     LedgerRecord,
 )
-from dpaccount.storage._sql import (
+from dpaccount.storage._chain import (
     VERIFY_CHUNK,
+    Snapshot,
+    check_ledger,
+    check_records,
+    check_since_snapshot,
+    snapshot_link,
+    snapshot_of,
+)
+from dpaccount.storage._sql import (
     LedgerTip,
     MetaRow,
     RecordRow,
-    Snapshot,
     SnapshotRow,
-    check_ledger,
     check_meta_history,
-    check_records,
-    check_since_snapshot,
     frac_text,
     meta_hash,
     parse_meta,
-    snapshot_link,
-    snapshot_of,
 )
 from dpaccount.storage.postgres.appends import PostgresAppends
 from dpaccount.storage.postgres.schema import (

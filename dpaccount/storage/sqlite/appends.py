@@ -17,13 +17,12 @@ from dpaccount.records import (
     canonical_bytes,
     chain_hash_payload,
 )
+from dpaccount.storage._chain import check_not_behind, missed_records
 from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
     check_key,
-    check_not_behind,
     frac_text,
-    missed_records,
     renumberable,
     within_limits,
 )

@@ -19,24 +19,26 @@ from dpaccount.records import (
     LedgerMeta,
     LedgerRecord,
 )
+from dpaccount.storage._chain import (
+    VERIFY_CHUNK,
+    Snapshot,
+    check_ledger,
+    check_records,
+    check_since_snapshot,
+    snapshot_link,
+    snapshot_of,
+)
 from dpaccount.storage._sql import (
     TABLES_VERSION,
-    VERIFY_CHUNK,
     LedgerTip,
     MetaRow,
     RecordRow,
-    Snapshot,
     SnapshotRow,
     check_key,
-    check_ledger,
     check_meta_history,
-    check_records,
-    check_since_snapshot,
     frac_text,
     meta_hash,
     parse_meta,
-    snapshot_link,
-    snapshot_of,
     sums_follow,
 )
 from dpaccount.storage.sqlite.appends import SQLiteAppends
