@@ -171,7 +171,7 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
         if meta is None:
             raise StorageError(f"there is no ledger named {name!r} at {redact_url(args.url)}")
         records: list[LedgerRecord] = []
-        tip = store.verify(sink=records.extend)  # the records it checked, decoded once
+        tip = store.verify(records)  # and the records it checked, decoded once
         if hasattr(store, "check_functions"):
             store.check_functions()
         missing: list[str] = getattr(store, "missing_protections", list)()

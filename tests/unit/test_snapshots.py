@@ -267,3 +267,31 @@ def test_a_file_from_before_snapshots_opens_read_only_and_upgrades_for_writing(
     with open_ledger(sqlite_url, name="L") as writer:  # upgrades: snapshots come back
         assert writer.store.snapshots() == []  # type: ignore[attr-defined]
         assert writer.spent == PrivacyCost("0.2")
+
+
+def test_a_retried_full_verification_collects_each_record_once(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`verify(collect)` hands over the records only once the check passed: a read that
+    SQLite reports busy half-way and retries does not add the first chunks twice."""
+    from dpaccount.storage.sqlite import store as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "VERIFY_CHUNK", 5)
+    _fill(sqlite_url, 23, rule="basic")
+    real, calls = sqlite_store.check_ledger, []
+
+    def busy_once(chunks: Any, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the first attempt reads two chunks, then the file is busy
+            sink = args[-1]
+            for _, chunk in zip(range(2), chunks, strict=False):
+                sink([object()] * len(chunk))
+            raise sqlite3.OperationalError("database is locked")
+        real(chunks, *args)
+
+    monkeypatch.setattr(sqlite_store, "check_ledger", busy_once)
+    collected: list[Any] = []
+    with open_ledger(sqlite_url, name="L", read_only=True) as acct:
+        acct.store.verify(collected)  # type: ignore[attr-defined]
+    assert len(calls) == 2
+    assert [r.seq for r in collected] == list(range(23))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -361,12 +361,12 @@ class PostgresStore(PostgresAppends):
             ]
         )
 
-    def verify(self, sink: Callable[[list[LedgerRecord]], object] | None = None
-               ) -> LedgerTip:
+    def verify(self, collect: list[LedgerRecord] | None = None) -> LedgerTip:
         """Check the whole ledger: records, chain, cached tip and metadata history.
 
-        The records are read and checked in chunks of `VERIFY_CHUNK`; ``sink``, if given,
-        is handed each chunk's decoded records (so a caller that needs them decodes once).
+        The records are read and checked in chunks of `VERIFY_CHUNK`. Given a list
+        ``collect``, the decoded records are added to it once the whole check passed (so
+        a caller that needs them decodes once; a retried read adds them only once).
 
         Raises:
             LedgerCorruptError: With ``.seq`` set to the first bad record.
@@ -375,7 +375,8 @@ class PostgresStore(PostgresAppends):
         s = self._s
         self._check_key()
 
-        def check(cur: Any) -> LedgerTip:
+        def check(cur: Any) -> tuple[LedgerTip, list[LedgerRecord]]:
+            got: list[LedgerRecord] = []
             cached = self._tip_row(cur)
             if cached is None:
                 raise StorageError(f"there is no ledger named {self.name!r}")
@@ -386,11 +387,14 @@ class PostgresStore(PostgresAppends):
                     (self.name,),
                 )
                 check_ledger(iter(lambda: rows.fetchmany(VERIFY_CHUNK), []), cached,
-                             snapshots, self._key, sink)
+                             snapshots, self._key,
+                             None if collect is None else got.extend)
             self._check_history(cur)
-            return cached
+            return cached, got
 
-        tip = self._read(check, repeatable=True)
+        tip, got = self._read(check, repeatable=True)
+        if collect is not None:
+            collect.extend(got)
         self._tip_cache = tip
         return tip
 

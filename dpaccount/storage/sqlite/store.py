@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from dpaccount.errors import (
@@ -254,12 +254,12 @@ class SQLiteStore(SQLiteAppends):
             lambda cur: [str(r[0]) for r in cur.execute("SELECT name FROM ledgers ORDER BY name")]
         )
 
-    def verify(self, sink: Callable[[list[LedgerRecord]], object] | None = None
-               ) -> LedgerTip:
+    def verify(self, collect: list[LedgerRecord] | None = None) -> LedgerTip:
         """Check the whole ledger: records, chain, cached tip and metadata history.
 
-        The records are read and checked in chunks of `VERIFY_CHUNK`; ``sink``, if given,
-        is handed each chunk's decoded records (so a caller that needs them decodes once).
+        The records are read and checked in chunks of `VERIFY_CHUNK`. Given a list
+        ``collect``, the decoded records are added to it once the whole check passed (so
+        a caller that needs them decodes once; a retried read adds them only once).
 
         Returns:
             The verified tip (record count, exact sums, last hash).
@@ -269,7 +269,8 @@ class SQLiteStore(SQLiteAppends):
             StorageError: The ledger does not exist.
         """
 
-        def check(cur: sqlite3.Cursor) -> LedgerTip:
+        def check(cur: sqlite3.Cursor) -> tuple[LedgerTip, list[LedgerRecord]]:
+            got: list[LedgerRecord] = []
             cached = self._tip(cur)
             if cached is None:
                 raise StorageError(f"there is no ledger named {self.name!r} in {self.path!r}")
@@ -280,11 +281,14 @@ class SQLiteStore(SQLiteAppends):
                 (self.name,),
             )
             check_ledger(iter(lambda: rows.fetchmany(VERIFY_CHUNK), []), cached, snapshots,
-                         self._key, sink)
+                         self._key, None if collect is None else got.extend)
             self._check_history(cur)
-            return cached
+            return cached, got
 
-        return self._read(check)
+        tip, got = self._read(check)
+        if collect is not None:
+            collect.extend(got)
+        return tip
 
     def verify_recent(self) -> LedgerTip:
         """Check a ledger from its latest snapshot on (what opening does): the record
