@@ -29,10 +29,10 @@ from dpaccount.ledger_cli import ledger_main
 BUDGET = Budget(10**9, "0.999999")
 
 
-def _charge_all(url: str, charges: list[Any]) -> list[Any]:
+def _charge_all(url: str, charges: list[Any], rule: str = "basic") -> list[Any]:
     """Charge what the ledger admits; the records written."""
     records = []
-    with open_ledger(url, name="L", budget=BUDGET, create=True) as acct:
+    with open_ledger(url, name="L", budget=BUDGET, rule=rule, create=True) as acct:
         for charge in charges:
             try:
                 records.append(acct.charge(charge, label="q"))
@@ -46,7 +46,7 @@ def _read_back(url: str, records: list[Any], tmp: Path) -> None:
         with open_ledger(url, name="L", read_only=True, verify=verify) as acct:
             assert acct.records == records  # type: ignore[attr-defined]
             spent = acct.spent
-        with open_ledger(url, name="L", budget=BUDGET) as again:
+        with open_ledger(url, name="L") as again:  # by name: the stored rule
             assert again.spent == spent
     out = io.StringIO()
     assert ledger_main(["ledger", "verify", url, "--name", "L"], out=out) == 0, out.getvalue()
@@ -57,12 +57,13 @@ def _read_back(url: str, records: list[Any], tmp: Path) -> None:
     assert list(check.records) == records
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("rule", ["basic", "filter", "rdp", "gdp"])
+@settings(max_examples=25, deadline=None)
 @given(charges=st.lists(every_charge, min_size=1, max_size=5))
-def test_every_kind_of_charge_reads_back_from_sqlite(charges: list[Any]) -> None:
+def test_every_kind_of_charge_reads_back_from_sqlite(rule: str, charges: list[Any]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{Path(folder) / 'ledger.db'}"
-        records = _charge_all(url, charges)
+        records = _charge_all(url, charges, rule)
         _read_back(url, records, Path(folder))
 
 
