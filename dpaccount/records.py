@@ -207,7 +207,7 @@ class RecordModel(_Strict):
     charge: ChargeModel
     cost: CostModel
     rule: str
-    timestamp: datetime
+    timestamp: pydantic.AwareDatetime  # a naive time would be read in the reader's zone
     query_id: str | None = None
 
 
@@ -430,7 +430,9 @@ def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRec
         else:
             model = RecordModel.model_validate(data)
         charge, cost = _charge_and_cost(model)
-    except (pydantic.ValidationError, InvalidCostError, ValueError, ZeroDivisionError) as exc:
+        timestamp = model.timestamp.astimezone(UTC)
+    except (pydantic.ValidationError, InvalidCostError, ValueError, ZeroDivisionError,
+            OverflowError) as exc:  # (a time that leaves the calendar in UTC overflows)
         raise LedgerCorruptError(f"a stored record is invalid: {exc}") from exc
     return LedgerRecord(
         seq=model.seq,
@@ -438,7 +440,7 @@ def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRec
         charge=charge,
         cost=cost,
         rule=model.rule,
-        timestamp=model.timestamp.astimezone(UTC),
+        timestamp=timestamp,
         query_id=model.query_id,
     )
 

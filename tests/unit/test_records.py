@@ -96,6 +96,8 @@ def test_timestamps_are_normalised_to_utc() -> None:
         lambda p: p["charge"].update(delta="1/1"),
         lambda p: p.update(schema_version=99),
         lambda p: p.update(seq=-1),
+        lambda p: p.update(timestamp="0001-01-01T00:00:00+05:00"),  # year 0 in UTC
+        lambda p: p.update(timestamp="2026-05-01T00:00:00"),  # naive: whose midnight?
     ],
 )
 def test_invalid_payloads_are_corrupt(edit: object) -> None:
