@@ -83,3 +83,34 @@ def test_best_at_a_trillion_queries_uses_the_closed_forms(capsys: pytest.Capture
     assert main(["compose", "--rule", "best", "--epsilon", "0.1", "--count",
                  "1000000000000", "--delta-slack", "1e-6"]) == 0
     assert "under 'best'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_ledger_commands_leave_the_garbage_collector_as_they_found_it(
+    tmp_path: Path, enabled: bool
+) -> None:
+    """`ledger verify` pauses the cyclic collector while it loads a ledger, and restores
+    it afterwards, also when loading fails."""
+    import gc
+    import io
+    import sqlite3
+
+    from dpaccount import Budget, PrivacyCost, open_ledger
+    from dpaccount.ledger_cli import ledger_main
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with open_ledger(url, name="L", budget=Budget(1), create=True) as acct:
+        acct.charge(PrivacyCost("0.1"))
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        assert ledger_main(["ledger", "verify", url, "--name", "L"], out=io.StringIO()) == 0
+        assert gc.isenabled() is enabled
+        with sqlite3.connect(tmp_path / "l.db") as conn:  # verification now fails inside
+            conn.execute("DROP TRIGGER records_append_only_update")
+            conn.execute("UPDATE records SET payload = replace(payload, 'basic', 'Basic')")
+        conn.close()
+        assert ledger_main(["ledger", "verify", url, "--name", "L"], out=io.StringIO()) == 1
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
