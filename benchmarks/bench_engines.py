@@ -3,6 +3,12 @@
 Run (needs the test extra for Dask and PySpark, Java 17 for Spark)::
 
     python benchmarks/bench_engines.py [--rows 10000000] [--repeats 3] [--engines pandas,dask,spark]
+        [--peer-rows 1000000] [--peer-trials 3] [--tumult /tmp/tumult/bin/python]
+
+Tumult Analytics cannot share this environment (it pins pandas < 2 and PySpark < 3.6);
+give it one of its own::
+
+    python3 -m venv /tmp/tumult && /tmp/tumult/bin/pip install tmlt.analytics pyarrow
 
 The query: per region (five public keys), the count of rows and the mean of a value
 clipped to [0, 100], with a privacy unit (``user``, 10 rows per person on average,
@@ -11,7 +17,9 @@ at most 2 groups and 5 rows per group kept). On each engine it runs once with dp
 once as the plain engine query without privacy (``groupby().agg(count, mean)``), in the
 same run, alternating; imports and engine start-up happen before any timer. Prints the
 minimum time of each and the overhead ratio dpaccount / plain. Goal (issue 12): <= 1.5.
-Then, where it installs, the same job against PipelineDP's local backend (`peer`): the
+Then, where it installs, the same job against PipelineDP's local backend (`peer`) and,
+with ``--tumult PYTHON`` (a virtual environment with ``tmlt.analytics``, which pins
+pandas < 2), against Tumult Analytics on Spark (`tumult`, via ``peer_tumult.py``): the
 error and time ratios.
 """
 
@@ -83,6 +91,9 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--peer-rows", type=int, default=1_000_000,
                         help="rows for the PipelineDP comparison (0: skip it)")
     parser.add_argument("--peer-trials", type=int, default=3)
+    parser.add_argument("--tumult", metavar="PYTHON",
+                        help="the python of a virtual environment with tmlt.analytics "
+                             "(it pins pandas < 2): compare with Tumult Analytics too")
     args = parser.parse_args(argv)
     df = data(args.rows)
     engines = args.engines.split(",")
@@ -121,6 +132,8 @@ def main(argv: Any = None) -> None:
         print(f"{name:<8}{t_ours:>13.2f}{t_theirs:>10.2f}{t_ours / t_theirs:>10.2f}")
     if args.peer_rows:
         peer(args.peer_rows, args.peer_trials)
+        if args.tumult:
+            tumult(args.tumult, args.peer_rows, args.peer_trials)
 
 
 def peer(rows: int, trials: int) -> None:
@@ -176,6 +189,63 @@ def peer(rows: int, trials: int) -> None:
     print(f"{'dpaccount':<12}{e_ours:>10.4g}{t_ours:>9.2f}")
     print(f"{'PipelineDP':<12}{e_theirs:>10.4g}{t_theirs:>9.2f}")
     print(f"{'ratio':<12}{e_ours / e_theirs:>10.3f}{t_ours / t_theirs:>9.3f}")
+
+
+def tumult(python: str, rows: int, trials: int) -> None:
+    """dpaccount against Tumult Analytics on the same rows, job and budget.
+
+    Tumult runs in its own environment (``peer_tumult.py``, on Spark in local mode, as
+    it always runs); dpaccount runs the job on pandas and on Spark in local mode in this
+    one. Error and time as in `peer`; Tumult's time is that of a warm session.
+    """
+    import json
+    import subprocess
+    import tempfile
+
+    df = data(rows, seed=1)
+    exact = df.assign(x=df["x"].clip(0, 100)).groupby("region")["x"].mean()
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "rows.parquet")
+        df.to_parquet(path, index=False)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "peer_tumult.py")
+        done = subprocess.run([python, script, path, str(trials), ",".join(REGIONS)],
+                              capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        print(f"Tumult Analytics failed to run ({python}): "
+              f"{done.stderr.strip().splitlines()[-1:]}")
+        return
+    runs = json.loads(done.stdout.strip().splitlines()[-1])["trials"]
+    errors = {"theirs": [abs(r["means"][k] - exact[k]) for r in runs for k in REGIONS]}
+    times = {"theirs": [r["seconds"] for r in runs]}
+    sides: list[tuple[str, Callable[[], Any]]] = [("pandas", private(df))]
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.driver.memory", "4g").getOrCreate())
+    frame = spark.createDataFrame(df).repartition(8).cache()
+    frame.count()
+    sides.append(("spark", private(frame)))
+    for name, run in sides:
+        run()  # warm, as Tumult's first trial is
+        errors[name], times[name] = [], []
+        for _ in range(trials):
+            start = time.perf_counter()
+            means = run()[1]["value"]
+            times[name].append(time.perf_counter() - start)
+            errors[name].extend(abs(means[k] - exact[k]) for k in REGIONS)
+    e_theirs = float(np.quantile(errors["theirs"], 0.95))
+    t_theirs = float(np.median(times["theirs"]))
+    print(f"\nagainst Tumult Analytics (Spark local[2]), {rows} rows, {trials} trials:")
+    print(f"{'':<22}{'mean err':>10}{'time s':>9}{'err ratio':>11}{'time ratio':>12}")
+    print(f"{'Tumult Analytics':<22}{e_theirs:>10.4g}{t_theirs:>9.2f}")
+    for name in ("pandas", "spark"):
+        e = float(np.quantile(errors[name], 0.95))
+        t = float(np.median(times[name]))
+        print(f"{'dpaccount (' + name + ')':<22}{e:>10.4g}{t:>9.2f}{e / e_theirs:>11.3f}"
+              f"{t / t_theirs:>12.3f}")
 
 
 if __name__ == "__main__":
