@@ -1,10 +1,13 @@
-"""Helpers for the storage tests: PostgreSQL availability and per-run schemas."""
+"""Helpers for the storage tests: PostgreSQL availability, per-run schemas, and racing
+processes."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -62,3 +65,19 @@ def pg_schema() -> Iterator[str]:
 def pg_url(schema: str) -> str:
     """The ledger URL of the test server in ``schema``."""
     return f"{PG_URL}?schema={schema}"
+
+
+def race(target: Callable[..., None], worker_args: list[tuple[Any, ...]]) -> list[Any]:
+    """Fork one process per argument tuple, each running ``target(*args, start, out)``;
+    release them all at once (``start``) and return what each put on ``out`` (one item
+    each, in arrival order) once all have ended."""
+    ctx = multiprocessing.get_context("fork")
+    start, out = ctx.Event(), ctx.Queue()
+    workers = [ctx.Process(target=target, args=(*args, start, out)) for args in worker_args]
+    for worker in workers:
+        worker.start()
+    start.set()
+    results = [out.get(timeout=300) for _ in workers]
+    for worker in workers:
+        worker.join(timeout=60)
+    return results

@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from storage_helpers import pg_schema, pg_url
+from storage_helpers import pg_schema, pg_url, race
 
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import BudgetExceededError, DPAccountError
@@ -55,15 +55,7 @@ def _race_worker(url: str, n: int, start: multiprocessing.synchronize.Event,
 
 def _race(url: str, procs: int = 16, per_proc: int = 50) -> None:
     open_ledger(url, name="race", budget=BUDGET).store.close()
-    start, out = CTX.Event(), CTX.Queue()
-    workers = [CTX.Process(target=_race_worker, args=(url, per_proc, start, out))
-               for _ in range(procs)]
-    for w in workers:
-        w.start()
-    start.set()
-    results = [out.get(timeout=300) for _ in workers]
-    for w in workers:
-        w.join(timeout=60)
+    results = race(_race_worker, [(url, per_proc)] * procs)
     errors = [e for _, _, errs in results for e in errs]
     assert errors == []
     assert sum(a for a, _, _ in results) == 400
@@ -161,15 +153,7 @@ def _race_rule(url: str, rule: str, cost: object) -> None:
             break
         expected += 1
     open_ledger(url, name="filters", budget=FILTER_BUDGET, rule=rule).store.close()
-    start, out = CTX.Event(), CTX.Queue()
-    workers = [CTX.Process(target=_cost_worker, args=(url, rule, cost, 40, start, out))
-               for _ in range(6)]
-    for w in workers:
-        w.start()
-    start.set()
-    results = [out.get(timeout=300) for _ in workers]
-    for w in workers:
-        w.join(timeout=60)
+    results = race(_cost_worker, [(url, rule, cost, 40)] * 6)
     assert [e for _, errs in results for e in errs] == []
     assert sum(a for a, _ in results) == expected
     acct = open_ledger(url, name="filters", budget=FILTER_BUDGET, rule=rule)
@@ -234,14 +218,7 @@ def test_processes_opening_a_fresh_postgres_schema_at_once(schema: str) -> None:
     # waited for the schema lock must not re-run its DDL (that deadlocked with the
     # first one's charges).
     url = pg_url(schema)
-    start, out = CTX.Event(), CTX.Queue()
-    workers = [CTX.Process(target=_open_and_charge, args=(url, start, out)) for _ in range(6)]
-    for w in workers:
-        w.start()
-    start.set()
-    errors = [e for _ in workers for e in out.get(timeout=300)]
-    for w in workers:
-        w.join(timeout=60)
+    errors = [e for errs in race(_open_and_charge, [(url,)] * 6) for e in errs]
     assert errors == []
     acct = open_ledger(url, name="fresh", budget=Budget(10**6, "0.5"), rule="filter")
     assert len(acct.records) == 120

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_helpers import pg_schema, pg_url
+from storage_helpers import pg_schema, pg_url, race
 
 from dpaccount.budgets import BlockLedgers
 from dpaccount.costs import Budget, PrivacyCost
@@ -64,14 +64,7 @@ def _ids(url: str, name: str) -> list[str]:
 
 def _race_tree(url: str) -> None:
     _tree(url)
-    start, out = CTX.Event(), CTX.Queue()
-    workers = [CTX.Process(target=_tree_worker, args=(url, t, start, out)) for t in range(4)]
-    for w in workers:
-        w.start()
-    start.set()
-    results = [out.get(timeout=300) for _ in workers]
-    for w in workers:
-        w.join(timeout=60)
+    results = race(_tree_worker, [(url, team) for team in range(4)])
     assert [e for _, errs in results for e in errs] == []
     assert sum(a for a, _ in results) == 20  # the parent's 2 = 20 charges, exactly
     root = _ids(url, "root")
@@ -131,16 +124,8 @@ def _exists(url: str, name: str) -> bool:
 
 
 def _race_blocks(url: str) -> None:
-    start, out = CTX.Event(), CTX.Queue()
     BlockLedgers(url, "events", budget_per_block=Budget(1)).close()
-    workers = [CTX.Process(target=_blocks_worker, args=(url, seed, start, out))
-               for seed in range(4)]
-    for w in workers:
-        w.start()
-    start.set()
-    results = [out.get(timeout=300) for _ in workers]
-    for w in workers:
-        w.join(timeout=60)
+    results = race(_blocks_worker, [(url, seed) for seed in range(4)])
     assert [e for _, errs in results for e in errs] == []
     held = _check_windows(url)
     assert all(len(ids) <= 4 for ids in held.values())  # 4 x 1/4 = each block's budget
