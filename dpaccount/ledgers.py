@@ -10,7 +10,7 @@
 
 Options go in the query string: ``?lock_timeout=10`` (seconds, every SQL backend),
 ``?schema=name`` (PostgreSQL: the schema holding the tables, ``dpaccount`` by default)
-and ``?commit=group|sync`` (PostgreSQL: see `PostgresStore`).
+and ``?commit=group|sync`` (every SQL backend: see `SQLiteStore` and `PostgresStore`).
 
 A keyed ledger (an HMAC chain, see `dpaccount.keys`) takes its key from ``key=`` or,
 when that is None, from the ``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY``
@@ -158,7 +158,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
     elif not isinstance(key, LedgerKey):
         raise ConfigError(f"key must be a LedgerKey, not {type(key).__name__}")
     if scheme == "sqlite":
-        options = _options(parts.query, {"lock_timeout"})
+        options = _options(parts.query, {"lock_timeout", "commit"})
         if parts.netloc:
             raise ConfigError(
                 f"sqlite URLs have no host: use sqlite:///relative.db or "
@@ -171,8 +171,11 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
             raise ConfigError("a sqlite URL's path cannot contain a NUL character (%00)")
         from dpaccount.storage.sqlite import SQLiteStore
 
-        return SQLiteStore(path, name=name, lock_timeout=_timeout(options), create=create,
-                           key=key, read_only=read_only, full_verify=verify == "full")
+        return SQLiteStore(
+            path, name=name, lock_timeout=_timeout(options), create=create, key=key,
+            read_only=read_only, full_verify=verify == "full",
+            commit=options.get("commit", "group"),  # type: ignore[arg-type]  # checked there
+        )
     if scheme in ("postgresql", "postgres"):
         options = dict(parse_qsl(parts.query, keep_blank_values=True))
         schema = options.pop("schema", "dpaccount")

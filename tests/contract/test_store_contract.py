@@ -553,6 +553,14 @@ class TestSQLiteStore(DurableContract):
             SQLiteStore(junk).initialize(META)
 
 
+class TestSQLiteStoreSyncCommit(TestSQLiteStore):
+    """The whole contract again with ``commit="sync"`` (``synchronous=FULL``)."""
+
+    @pytest.fixture
+    def opener(self) -> Callable[[str], Store]:
+        return lambda name: SQLiteStore(self.path, name=name, commit="sync")
+
+
 class TestPostgresStore(DurableContract):
     @pytest.fixture(autouse=True)
     def _schema(self) -> Iterator[None]:

@@ -231,3 +231,46 @@ def test_a_lost_race_is_decided_under_the_store_lock(tmp_path: Path) -> None:
     with pytest.raises(BudgetExceededError):
         first.charge(cost)  # behind by one: refused on the records as they are
     assert len(first.records) == 2
+
+
+def test_writers_that_meet_decide_under_the_lock_until_they_are_alone(
+    tmp_path: Path,
+) -> None:
+    # Compare-and-append while a writer has the ledger to itself; after a lost race, the
+    # decision is made under the store's lock (no further lost races) until 8 charges in
+    # a row find that nobody else appended.
+    from dpaccount.storage.sqlite import SQLiteStore as Store
+
+    paths: list[str] = []
+
+    class Counting(Store):
+        def append(self, expected_head, record):  # type: ignore[no-untyped-def]
+            paths.append("cas")
+            return super().append(expected_head, record)
+
+        def append_decided(self, known_head, record, decide):  # type: ignore[no-untyped-def]
+            result = super().append_decided(known_head, record, decide)
+            paths.append(f"decided/{len(result.missed)}")
+            return result
+
+    budget, cost = Budget(100, "1e-5"), PrivacyCost("0.01")
+    path = str(tmp_path / "f.db")
+    a = Accountant(budget, store=Counting(path, name="f"), name="f", rule="filter")
+    b = Accountant(budget, store=Counting(path, name="f"), name="f", rule="filter")
+    a.charge(cost)
+    assert paths == ["cas"]
+    paths.clear()
+    b.charge(cost)  # behind: loses the race once, then decides under the lock
+    assert paths == ["cas", "decided/0"]
+    paths.clear()
+    for _ in range(3):  # taking turns: every charge misses the other's record
+        a.charge(cost)
+        b.charge(cost)
+    assert paths == ["cas", "decided/0"] + ["decided/1"] * 5
+    paths.clear()
+    for _ in range(9):  # b alone: 8 quiet charges, then compare-and-append again
+        b.charge(cost)
+    assert paths == ["decided/0"] * 8 + ["cas"]
+    assert len(b.records) == 17
+    fresh = Accountant(budget, store=Store(path, name="f"), name="f", rule="filter")
+    assert fresh.spent == b.spent  # the decisions under the lock kept b's state exact

@@ -1,7 +1,13 @@
 """A durable ledger in one SQLite file: the embedded default.
 
-The file is opened in WAL mode with ``synchronous=FULL``, so a transaction is on disk
-(the WAL fsync'ed) when ``COMMIT`` returns. Every append runs in one ``BEGIN IMMEDIATE``
+The file is opened in WAL mode. With ``commit="group"`` (the default) a commit writes
+its WAL frames without waiting for the disk (``synchronous=NORMAL``), and the store
+fsyncs the WAL after releasing the write lock, before the append returns: a charge is on
+disk before its query runs, and writers in other processes do not wait for this one's
+flush. With ``commit="sync"`` (``synchronous=FULL``) the fsync happens inside ``COMMIT``.
+Writers take turns through a gate beside the file (``<file>-writers``, see
+`dpaccount.storage.sqlite.gate`) instead of sleeping in SQLite's busy handler. Every
+append runs in one ``BEGIN IMMEDIATE``
 transaction that reads the ledger's tip, refuses with
 `LedgerConflictError` if another writer appended first, inserts
 the hash-chained record and updates the cached tip: a true compare-and-append across

@@ -27,6 +27,7 @@ from dpaccount.records import (
 )
 from dpaccount.storage._chain import Snapshot
 from dpaccount.storage._sql import LedgerTip, RecordRow, check_key, frac_text, parse_frac
+from dpaccount.storage.sqlite.gate import WriterGate
 
 __all__ = ["RECORD_COLUMNS", "SQLiteSession"]
 
@@ -63,6 +64,10 @@ class SQLiteSession:
     _settings_text: str | None
     _has_snapshots: bool
     _conn: sqlite3.Connection
+    #: ``"group"`` (fsync after the write lock) or ``"sync"`` (``synchronous=FULL``).
+    commit: str
+    _gate: WriterGate | None
+    _wal_fd: int | None
 
     def _busy_seconds(self) -> float:
         # Short waits inside SQLite; the retry loop keeps the overall deadline.
@@ -99,9 +104,11 @@ class SQLiteSession:
                 "the ledger (and find out what happened to the file)."
             )
 
-    def _retry(self, action: Callable[[], T]) -> T:
-        """Run ``action``, retrying while SQLite reports a lock, until the deadline."""
-        deadline = time.monotonic() + self.lock_timeout
+    def _retry(self, action: Callable[[], T], deadline: float | None = None) -> T:
+        """Run ``action``, retrying while SQLite reports a lock, until the deadline
+        (``lock_timeout`` from now unless given)."""
+        if deadline is None:
+            deadline = time.monotonic() + self.lock_timeout
         pause = 0.001
         while True:
             try:
@@ -110,18 +117,25 @@ class SQLiteSession:
                 if not _is_busy(exc):
                     raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
                 if time.monotonic() >= deadline:
-                    raise StorageError(
-                        f"could not lock the SQLite ledger {self.path!r} within "
-                        f"{self.lock_timeout:g} s; nothing was written"
-                    ) from exc
+                    raise self._lock_timed_out() from exc
             except sqlite3.Error as exc:
                 raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
             left = deadline - time.monotonic()
             time.sleep(max(0.0, min(pause * (0.5 + random.random()), left)))
             pause = min(pause * 2, 0.05)
 
+    def _lock_timed_out(self) -> StorageError:
+        return StorageError(
+            f"could not lock the SQLite ledger {self.path!r} within {self.lock_timeout:g} s; "
+            "nothing was written"
+        )
+
     def _write(self, body: Callable[[sqlite3.Cursor], T]) -> T:
-        """Run ``body`` in one BEGIN IMMEDIATE transaction and commit it durably."""
+        """Run ``body`` in one BEGIN IMMEDIATE transaction and commit it durably.
+
+        The transaction runs inside the writers' gate (`WriterGate`); with
+        ``commit="group"`` the WAL is fsync'ed after the gate and the write lock are
+        released, before this returns."""
         if self.read_only:
             raise ReadOnlyLedgerError(
                 f"ledger {self.name!r} in {self.path!r} was opened read-only; nothing "
@@ -142,7 +156,47 @@ class SQLiteSession:
             return result
 
         with self._lock:
-            return self._retry(attempt)
+            deadline = time.monotonic() + self.lock_timeout
+            gate = self._gate
+            if gate is None:
+                result = self._retry(attempt, deadline)
+            else:
+                if not gate.enter(deadline):
+                    raise self._lock_timed_out()
+                try:
+                    result = self._retry(attempt, deadline)
+                finally:
+                    gate.leave()
+            if self.commit == "group":
+                self._flush_wal()
+            return result
+
+    def _flush_wal(self) -> None:
+        """Make the committed transaction durable: fsync the WAL it was written to.
+
+        With ``synchronous=NORMAL`` a commit writes its WAL frames without an fsync; this
+        fsync, after the write lock is released, flushes them (and those of any writer
+        that committed before). A checkpoint fsyncs the WAL before it copies frames into
+        the database, and the database before the WAL is reused, so frames that leave the
+        WAL are already on disk.
+
+        Raises:
+            StorageError: The WAL cannot be opened or flushed. The transaction is
+                committed (the charge stands and is counted) but is not known to be on
+                disk, so the guarded query must not run.
+        """
+        if self.path == ":memory:":
+            return
+        try:
+            if self._wal_fd is None:
+                self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+            os.fsync(self._wal_fd)
+        except OSError as exc:
+            raise StorageError(
+                f"a write to the SQLite ledger {self.path!r} was committed but could not be "
+                f"flushed to disk ({type(exc).__name__}: {exc.strerror}); it stays on "
+                "record (counted as spent) and the query must not run"
+            ) from exc
 
     def _read(self, body: Callable[[sqlite3.Cursor], T]) -> T:
         """Run ``body`` in one read transaction (a consistent snapshot)."""

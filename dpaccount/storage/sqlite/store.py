@@ -8,8 +8,10 @@ import sqlite3
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Literal
 
 from dpaccount.errors import (
+    ConfigError,
     StorageError,
 )
 from dpaccount.keys import LedgerKey
@@ -42,6 +44,7 @@ from dpaccount.storage._sql import (
     sums_follow,
 )
 from dpaccount.storage.sqlite.appends import SQLiteAppends
+from dpaccount.storage.sqlite.gate import WriterGate
 from dpaccount.storage.sqlite.schema import SCHEMA, UPGRADE
 from dpaccount.storage.sqlite.session import RECORD_COLUMNS
 
@@ -73,9 +76,16 @@ class SQLiteStore(SQLiteAppends):
             write raises `ReadOnlyLedgerError`.
         full_verify: Check the whole ledger when it is opened (`verify`) instead of
             from its latest snapshot on (`verify_recent`, O(records since)).
+        commit: How a write is made durable before it returns: ``"group"`` (the
+            default: ``synchronous=NORMAL``, then an fsync of the WAL after the write
+            lock is released, so writers in other processes do not wait for this one's
+            disk flush) or ``"sync"`` (``synchronous=FULL``: the fsync inside the lock).
+            Either way a write is on disk when the call returns. See the module
+            docstring.
 
     Raises:
         StorageError: The file cannot be opened as a dpaccount ledger database.
+        ConfigError: An unknown ``commit`` mode.
     """
 
     def __init__(
@@ -88,7 +98,13 @@ class SQLiteStore(SQLiteAppends):
         key: LedgerKey | None = None,
         read_only: bool = False,
         full_verify: bool = False,
+        commit: Literal["group", "sync"] = "group",
     ) -> None:
+        if commit not in ("group", "sync"):
+            raise ConfigError(f"unknown commit mode {commit!r}; use 'group' or 'sync'")
+        self.commit = commit
+        self._gate = None
+        self._wal_fd = None
         if not isinstance(name, str) or not name:
             raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
         self.read_only = bool(read_only)
@@ -124,6 +140,8 @@ class SQLiteStore(SQLiteAppends):
         if self.path != ":memory:":
             self._identity = self._file_identity()
         self._retry(self._setup)
+        if not self.read_only:
+            self._gate = WriterGate.beside(self.path)
 
     def initialize(self, meta: LedgerMeta) -> LedgerMeta:
         """Create the ledger if it is new, verify it, and return its stored metadata.
@@ -214,6 +232,11 @@ class SQLiteStore(SQLiteAppends):
         """Close the database connection."""
         with self._lock:
             self._conn.close()
+            if self._gate is not None:
+                self._gate.close()
+            if self._wal_fd is not None:
+                os.close(self._wal_fd)
+                self._wal_fd = None
 
     @property
     def key(self) -> LedgerKey | None:
@@ -450,7 +473,7 @@ class SQLiteStore(SQLiteAppends):
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StorageError(f"cannot switch {self.path!r} to WAL mode (got {mode})")
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {'NORMAL' if self.commit == 'group' else 'FULL'}")
         conn.execute("PRAGMA foreign_keys = ON")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > TABLES_VERSION:
