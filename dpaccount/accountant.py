@@ -450,14 +450,20 @@ class Accountant:
             for _attempt in range(_MAX_CONFLICT_RETRIES):
                 if query_id is not None:
                     self._refuse_duplicate(query_id)
-                new_state = self._rule.extend_costed(self._state, charge, cost)
-                if not self._rule.admits(new_state, self._budget):
-                    if self._store.head() != self._head:
-                        self._catch_up()  # refuse with the true totals (refusals are rare)
-                        continue
-                    raise self._refusal(cost, new_state)
-                if self._delta_cap is not None:
-                    self._refuse_large_delta(cost, new_state)
+                # Writers that met lately decide under the store's lock, on the records
+                # as they are there: a decision here first would be made on a stale state.
+                deciding = (self._deciding_store
+                            if self._contended or _attempt > 0 else None)
+                new_state = None
+                if deciding is None:
+                    new_state = self._rule.extend_costed(self._state, charge, cost)
+                    if not self._rule.admits(new_state, self._budget):
+                        if self._store.head() != self._head:
+                            self._catch_up()  # refuse on the true totals (refusals are rare)
+                            continue
+                        raise self._refusal(cost, new_state)
+                    if self._delta_cap is not None:
+                        self._refuse_large_delta(cost, new_state)
                 record = LedgerRecord(
                     seq=self._head,
                     label=label,
@@ -469,9 +475,8 @@ class Accountant:
                 )
                 if self._sum_store is not None:
                     return self._append_within_sums(self._sum_store, record, charge, query_id)
-                if self._deciding_store is not None and (self._contended or _attempt > 0):
-                    return self._append_decided(self._deciding_store, record, charge,
-                                                query_id, new_state)
+                if deciding is not None:
+                    return self._append_decided(deciding, record, charge, query_id, new_state)
                 try:
                     self._store.append(self._head, record)
                 except LedgerConflictError:
@@ -660,8 +665,8 @@ class Accountant:
                     raise LedgerCorruptError(
                         f"expected record {head}, read record {other.seq}", seq=other.seq
                     )
-                state = self._rule.extend(state, other.charge)
                 head += 1
+            state = self._rule.extend_all(state, [other.charge for other in missed])
             new_state = self._rule.extend(state, charge)
             fits = self._admits(new_state)
             seen.update(state=state, head=head, new_state=new_state, fits=fits)

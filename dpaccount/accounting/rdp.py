@@ -959,6 +959,9 @@ class RDPRule(Rule[RDPState]):
         if not self.orders:
             raise ConfigError("the rdp rule needs at least one order")
         self.adaptive = bool(adaptive)
+        # The filter's state is exact integer Renyi sums per order (order-free); a
+        # declared plan's state also tracks how much of the plan is used.
+        self.order_free = self.adaptive
         self.adaptivity = Adaptivity.FULLY_ADAPTIVE if adaptive else Adaptivity.ADAPTIVE_MECHANISMS
         self.spent_meaning = SpentMeaning.FILTER if adaptive else SpentMeaning.PLAN
         self.relation = Relation(relation)
@@ -1150,6 +1153,7 @@ class GDPFilterRule(Rule[GDPState]):
     adaptivity = Adaptivity.FULLY_ADAPTIVE
     spent_meaning = SpentMeaning.FILTER
     theorem = "Smith and Thakurta 2022, Thm 1.1 (fully adaptive Gaussian-DP filter)"
+    order_free = True  # an exact sum of mu^2
 
     def __init__(
         self, target_delta: Any = None, *, budget: Budget | None = None, plan: Any = None

@@ -78,6 +78,10 @@ class Rule(abc.ABC, Generic[State]):
     theorem: str
     #: What ``total`` (the accountant's ``spent``) is a guarantee of.
     spent_meaning: SpentMeaning = SpentMeaning.PLAN
+    #: Whether the state is an exact sum of per-atom terms, linear in each count (so
+    #: ``add(add(s, a, m), a, n) == add(s, a, m + n)`` and the order of folding is
+    #: irrelevant): then `extend_all` folds each distinct charge once, times its count.
+    order_free: bool = False
 
     @abc.abstractmethod
     def start(self) -> State:
@@ -117,10 +121,23 @@ class Rule(abc.ABC, Generic[State]):
         return self.extend(state, charge)
 
     def extend_all(self, state: State, charges: Iterable[Charge]) -> State:
-        """Fold many charges in order (a replay); rules whose state is a plain sum over
-        charges override this to fold each distinct charge once, times its count."""
+        """Fold many charges in order (a replay, or the records other writers appended);
+        an `order_free` rule folds each distinct charge object (a decoded ledger shares
+        them) once, times how often it occurs."""
+        if not self.order_free:
+            for charge in charges:
+                state = self.extend(state, charge)
+            return state
+        counts: dict[int, list[Any]] = {}  # id(charge) -> [charge, count]
         for charge in charges:
-            state = self.extend(state, charge)
+            entry = counts.get(id(charge))
+            if entry is None:
+                counts[id(charge)] = [charge, 1]
+            else:
+                entry[1] += 1
+        for charge, times in counts.values():
+            for atom, count in atoms(charge):
+                state = self.add(state, atom, count * times)
         return state
 
     def remaining(self, state: State, budget: Budget, k: int) -> Budget:

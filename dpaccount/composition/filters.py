@@ -133,6 +133,7 @@ class FilterRule(Rule[FilterState]):
     adaptivity = Adaptivity.FULLY_ADAPTIVE
     spent_meaning = SpentMeaning.FILTER
     theorem = THEOREM_FILTER
+    order_free = True  # exact sums of epsilon^2 and delta
 
     def __init__(self, delta_slack: Any = None, *, budget: Budget | None = None) -> None:
         if delta_slack is None:

@@ -247,3 +247,52 @@ def test_basic_extend_costed_equals_extend(charge: Any, start: PrivacyCost) -> N
     rule = BasicRule()
     state = rule.extend(rule.start(), start)
     assert rule.extend_costed(state, charge, cost_of(charge)) == rule.extend(state, charge)
+
+
+def _order_free_rules() -> list[Any]:
+    from dpaccount.accounting.rdp import GDPFilterRule, RDPRule
+
+    return [FilterRule(delta_slack="1e-6"), RDPRule(target_delta="1e-6"),
+            GDPFilterRule(target_delta="1e-6")]
+
+
+@pytest.mark.parametrize("rule", _order_free_rules(), ids=lambda r: r.name)
+@settings(max_examples=60, deadline=None)
+@given(pool=st.lists(every_charge, min_size=1, max_size=4),
+       picks=st.lists(st.integers(0, 3), max_size=30))
+def test_order_free_bulk_fold_equals_folding_one_by_one(rule: Any, pool: list[Any],
+                                                        picks: list[int]) -> None:
+    """The filters declare ``order_free`` (an exact sum of per-atom terms): their
+    `extend_all` (how a writer folds the records other writers appended) folds each
+    distinct charge once, times its count, and gets exactly the state of folding them
+    one by one, in order. Charges a rule cannot compose are left out of its pool."""
+    from dpaccount.charges import GaussianCharge
+
+    usable = []
+    for charge in pool + [GaussianCharge(sigma=3, sensitivity=1, epsilon=1)]:
+        try:
+            rule.extend(rule.start(), charge)
+        except (UnsupportedChargeError, InvalidCostError):
+            continue
+        usable.append(charge)
+    charges = [usable[i % len(usable)] for i in picks]
+    one_by_one = rule.start()
+    for charge in charges:
+        one_by_one = rule.extend(one_by_one, charge)
+    bulk = rule.extend_all(rule.start(), charges)
+    assert rule.order_free
+    assert _same_state(bulk, one_by_one)
+
+
+def _same_state(a: Any, b: Any) -> bool:
+    import attrs
+    import numpy as np
+
+    for x, y in zip(attrs.astuple(a, recurse=False), attrs.astuple(b, recurse=False),
+                    strict=True):
+        if isinstance(x, np.ndarray):
+            if x.shape != y.shape or not all(p == q for p, q in zip(x, y, strict=True)):
+                return False
+        elif x != y:
+            return False
+    return True
