@@ -269,7 +269,7 @@ def test_order_free_bulk_fold_equals_folding_one_by_one(rule: Any, pool: list[An
     from dpaccount.charges import GaussianCharge
 
     usable = []
-    for charge in pool + [GaussianCharge(sigma=3, sensitivity=1, epsilon=1)]:
+    for charge in [*pool, GaussianCharge(sigma=3, sensitivity=1, epsilon=1)]:
         try:
             rule.extend(rule.start(), charge)
         except (UnsupportedChargeError, InvalidCostError):

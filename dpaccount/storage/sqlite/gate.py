@@ -8,7 +8,7 @@ free. The gate is a FIFO beside the database (``<file>-writers``, mode 0600):
 
 - a writer takes an exclusive ``flock`` on it before ``BEGIN IMMEDIATE`` (the kernel
   drops the lock of a process that dies, so a crash never blocks the others);
-- a writer that finds it taken waits in ``select`` on the FIFO, with a timeout, so every
+- a writer that finds it taken waits in ``poll`` on the FIFO, with a timeout, so every
   wait stays within the store's ``lock_timeout``;
 - a writer that leaves writes one byte to the FIFO, which wakes the waiters at once.
 
@@ -29,6 +29,7 @@ import stat
 import sys
 import time
 import weakref
+from typing import Any
 
 if sys.platform != "win32":
     import fcntl
@@ -53,6 +54,7 @@ class WriterGate:
         #: The FIFO beside the database file.
         self.path = f"{path}-writers"
         self._fd: int | None = None
+        self._poll: Any = None  # a select.poll watching the FIFO for wake-ups
         self._depth = 0
         _GATES.add(self)
 
@@ -81,6 +83,8 @@ class WriterGate:
             os.close(fd)  # a file of another kind in its place: do without a gate
             return None
         self._fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
         return fd
 
     def enter(self, deadline: float) -> bool:
@@ -104,11 +108,7 @@ class WriterGate:
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            try:
-                ready, _, _ = select.select([fd], [], [], min(left, _POLL_SECONDS))
-            except InterruptedError:  # pragma: no cover - retried by Python (PEP 475)
-                ready = []
-            if ready:
+            if self._poll.poll(min(left, _POLL_SECONDS) * 1000):  # (no FD_SETSIZE limit)
                 self._drain(fd)
 
     def leave(self) -> None:
