@@ -21,8 +21,15 @@ Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
    gdp), on SQLite and PostgreSQL, each run paired with the raw rate of 4 processes
    doing one-row transactions on the same database (raw, ledger, raw, alternating, at
    least 3 repeats; min and median of the ratio to the mean of the two raw runs around
-   it). Every rule but basic decides under the store's lock (``append_decided``), basic
-   on the store's sums. Goal (issue 16): ratio >= 0.5 for every rule.
+   it). Basic is decided on the store's sums; every other rule by compare-and-append
+   until writers meet, then under the store's lock (``append_decided``). Goal (issue
+   16): ratio >= 0.5 for every rule.
+
+Every ledger charge is durable when it returns, as every raw transaction is: SQLite
+ledgers use the default ``commit="group"`` (one fsync of the WAL per charge, after the
+write lock is released; the raw side fsyncs inside its ``COMMIT`` at
+``synchronous=FULL``), PostgreSQL ledgers ``commit="group"`` (a synchronous barrier per
+charge; the raw side commits synchronously).
 """
 
 from __future__ import annotations
