@@ -225,8 +225,7 @@ class Accountant:
         # Every other rule tries compare-and-append (its decision outside any lock) while
         # it has the ledger to itself. Once it loses a race, it decides under the store's
         # own lock where the store offers it (no lost races), until a charge finds that
-        # nobody else appended since its last one. The decision made on this
-        # accountant's state is reused under the lock when nothing was missed.
+        # nobody else appended since its last one.
         self._deciding_store: DecidingStore | None = None
         if (
             self._sum_store is None
@@ -476,7 +475,7 @@ class Accountant:
                 if self._sum_store is not None:
                     return self._append_within_sums(self._sum_store, record, charge, query_id)
                 if deciding is not None:
-                    return self._append_decided(deciding, record, charge, query_id, new_state)
+                    return self._append_decided(deciding, record, charge, query_id)
                 try:
                     self._store.append(self._head, record)
                 except LedgerConflictError:
@@ -585,17 +584,13 @@ class Accountant:
         return attrs.evolve(record, seq=result.seq)
 
     def _append_decided(
-        self, store: DecidingStore, record: LedgerRecord, charge: Charge, query_id: str | None,
-        admitted: Any = None,
+        self, store: DecidingStore, record: LedgerRecord, charge: Charge, query_id: str | None
     ) -> LedgerRecord:
         """Decide under the store's write lock: fold in what other writers appended, apply
-        the rule, and append at the current head in the same transaction. ``admitted``,
-        if given, is the new state this accountant already admitted on its own state
-        (kept when nothing was appended in between)."""
+        the rule, and append at the current head in the same transaction."""
         seen: dict[str, Any] = {}
         try:
-            result = store.append_decided(self._head, record,
-                                          self._decider(charge, seen, admitted))
+            result = store.append_decided(self._head, record, self._decider(charge, seen))
         except LedgerConflictError:
             self._catch_up()
             if query_id is not None:
@@ -647,19 +642,14 @@ class Accountant:
                 f"dataset size (delta must stay well below 1/n)",
             )
 
-    def _decider(self, charge: Charge, seen: dict[str, Any], admitted: Any = None
+    def _decider(self, charge: Charge, seen: dict[str, Any]
                  ) -> Callable[[Sequence[LedgerRecord]], bool]:
         """The decision a store makes under its lock (`DecidingStore`): fold in the
         records other writers appended since this accountant's head, then whether the
-        charge fits. What it saw goes to ``seen`` (state, head, new_state, fits).
-        ``admitted``, if given, is the new state already admitted on this accountant's
-        own state: with nothing missed it is the decision, unchanged."""
+        charge fits. What it saw goes to ``seen`` (state, head, new_state, fits)."""
 
         def decide(missed: Sequence[LedgerRecord]) -> bool:
             state, head = self._state, self._head
-            if admitted is not None and not missed:
-                seen.update(state=state, head=head, new_state=admitted, fits=True)
-                return True
             for other in missed:
                 if other.seq != head:
                     raise LedgerCorruptError(
