@@ -23,7 +23,12 @@ from dpaccount.ledgers import open_ledger
 from dpaccount.storage.sqlite import SQLiteStore
 from dpaccount.storage.sqlite.gate import WriterGate
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="the gate is POSIX-only")
+pytestmark = [
+    pytest.mark.skipif(sys.platform == "win32", reason="the gate is POSIX-only"),
+    # JAX (imported by the integration tests earlier in the run) warns at every fork;
+    # these children never touch JAX.
+    pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
+]
 
 # Generous: a deadline that a working gate meets by orders of magnitude.
 SOON = 30.0
