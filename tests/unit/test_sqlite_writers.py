@@ -49,6 +49,9 @@ def test_no_gate_for_memory_read_only_or_a_file_in_its_place(tmp_path: Path) -> 
     assert WriterGate.beside(":memory:") is None
     (tmp_path / "x.db-writers").write_text("not a fifo")
     assert WriterGate.beside(str(tmp_path / "x.db")) is None
+    os.mkfifo(tmp_path / "elsewhere")
+    (tmp_path / "y.db-writers").symlink_to(tmp_path / "elsewhere")
+    assert WriterGate.beside(str(tmp_path / "y.db")) is None  # never through a symlink
     acct = open_ledger(f"sqlite:///{tmp_path / 'x.db'}", name="L", budget=Budget(1))
     acct.charge(PrivacyCost("0.5"))  # still a working ledger, without a gate
     assert acct.store._gate is None  # type: ignore[attr-defined]

@@ -15,8 +15,8 @@ free. The gate is a FIFO beside the database (``<file>-writers``, mode 0600):
 The gate only orders dpaccount's writers; SQLite's write lock still decides what may be
 written (other programs writing the file are waited for by SQLite's busy handling as
 before). Where no FIFO can be made (an in-memory database, a directory that refuses it,
-a system without ``mkfifo``) or the path holds something else, there is no gate and
-writers wait as SQLite lets them.
+Windows) or the path holds something else (a file of another kind, a symlink), there
+is no gate and writers wait as SQLite lets them.
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class WriterGate:
         except OSError:
             return None
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+            # Never through a symlink (it could name a device), never blocking on open.
+            fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             return None
         if not stat.S_ISFIFO(os.fstat(fd).st_mode):
