@@ -20,7 +20,11 @@ minimum and median time of each and the overhead ratios dpaccount / plain. Goal
 (issue 12): <= 1.5. A third column runs the plain query *with* the same contribution
 bounding written in the engine's own terms (random order, ``groupby().cumcount()`` on
 pandas and Dask after a shuffle by person, ``row_number()`` windows on Spark), the
-ratio dpaccount / bounded says what dpaccount adds beyond bounding itself.
+ratio dpaccount / bounded says what dpaccount adds beyond bounding itself. And the
+private query runs two ways: two calls (a count and a mean at epsilon 1 each, each
+bounding afresh) and one call (the mean at epsilon 2, whose frame comes with the count
+it paid for at epsilon 1: one bounding pass; same total budget, and its mean uses
+epsilon 1 for the sum where the two-call mean used 1/2).
 Then, where it installs, the same job against PipelineDP's local backend (`peer`) and,
 with ``--tumult PYTHON`` (a virtual environment with ``tmlt.analytics``, which pins
 pandas < 2), against Tumult Analytics on Spark (`tumult`, via ``peer_tumult.py``): the
@@ -60,6 +64,20 @@ def private(frame: Any) -> Callable[[], Any]:
         g = agg.groupby(frame, "region", keys=REGIONS, privacy_unit="user",
                         max_groups_per_unit=2, max_rows_per_unit=5)
         return g.count(acct, 1).frame, g.mean("x", acct, 1, lower=0, upper=100).frame
+
+    return run
+
+
+def private_one_call(frame: Any) -> Callable[[], Any]:
+    """The same budget in one call: the mean at epsilon 2 releases its count at epsilon
+    1 (``count_share`` 1/2) and its sum at epsilon 1, one bounding pass for both."""
+
+    def run() -> Any:
+        acct = Accountant(Budget(2))
+        g = agg.groupby(frame, "region", keys=REGIONS, privacy_unit="user",
+                        max_groups_per_unit=2, max_rows_per_unit=5)
+        res = g.mean("x", acct, 2, lower=0, upper=100)
+        return res.counts, res.frame
 
     return run
 
@@ -152,16 +170,16 @@ def main(argv: Any = None) -> None:
     args = parser.parse_args(argv)
     df = data(args.rows)
     engines = args.engines.split(",")
-    cases: list[tuple[str, Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = []
+    cases: list[tuple[str, Any, Callable[[], Any], Callable[[], Any]]] = []
     if "pandas" in engines:
-        cases.append(("pandas", private(df), plain_pandas(df), bounded_pandas(df)))
+        cases.append(("pandas", df, plain_pandas(df), bounded_pandas(df)))
     if "dask" in engines:
         import dask
         import dask.dataframe as dd
 
         dask.config.set(scheduler="threads")
         lazy = dd.from_pandas(df, npartitions=8).persist()
-        cases.append(("dask", private(lazy), plain_dask(lazy), bounded_dask(lazy)))
+        cases.append(("dask", lazy, plain_dask(lazy), bounded_dask(lazy)))
     if "spark" in engines:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         from pyspark.sql import SparkSession
@@ -173,28 +191,30 @@ def main(argv: Any = None) -> None:
         spark.sparkContext.setLogLevel("ERROR")
         frame = spark.createDataFrame(df).repartition(8).cache()
         frame.count()
-        cases.append(("spark", private(frame), plain_spark(frame), bounded_spark(frame)))
+        cases.append(("spark", frame, plain_spark(frame), bounded_spark(frame)))
     print(f"{args.rows} rows, 5 public regions, privacy unit with G=2, R=5; "
           f"count and mean per region; min and median of {args.repeats}")
-    print("plain: the query without privacy; bounded: without privacy but with the same "
-          "contribution bounding, in the engine's own terms (min, then median)")
-    print(f"{'engine':<8}{'dpaccount s':>13}{'plain s':>10}{'bounded s':>11}"
-          f"{'/ plain':>9}{'/ bounded':>11}{'median: / plain':>17}{'/ bounded':>11}")
-    for name, ours, theirs, bounded in cases:
-        ours()  # warm: first-call imports and JIT paths are not what is measured
-        theirs()
-        bounded()
-        mine: list[float] = []
-        plain: list[float] = []
-        bound: list[float] = []
+    print("two calls: count and mean (epsilon 1 each); one call: the mean at epsilon 2 and "
+          "the count it releases (epsilon 1 each); plain: the query without privacy; "
+          "bounded: without privacy, with the same contribution bounding in the engine's "
+          "own terms")
+    print(f"{'engine':<8}{'':<8}{'two calls':>10}{'one call':>10}{'plain':>8}{'bounded':>9}"
+          f"{'2/plain':>9}{'1/plain':>9}{'2/bounded':>11}{'1/bounded':>11}")
+    for name, data_, theirs, bounded in cases:
+        runs = {"two": private(data_), "one": private_one_call(data_), "plain": theirs,
+                "bounded": bounded}
+        for run in runs.values():  # warm: first-call imports and JIT paths are not timed
+            run()
+        times: dict[str, list[float]] = {k: [] for k in runs}
         for _ in range(args.repeats):  # alternating, so all see the same machine
-            mine.append(best(ours, 1))
-            plain.append(best(theirs, 1))
-            bound.append(best(bounded, 1))
-        low, low_p, low_b = min(mine), min(plain), min(bound)
-        mid, mid_p, mid_b = (float(np.median(v)) for v in (mine, plain, bound))
-        print(f"{name:<8}{low:>13.2f}{low_p:>10.2f}{low_b:>11.2f}{low / low_p:>9.2f}"
-              f"{low / low_b:>11.2f}{mid / mid_p:>17.2f}{mid / mid_b:>11.2f}")
+            for key, run in runs.items():
+                times[key].append(best(run, 1))
+        for label, pick in (("min", min), ("median", lambda v: float(np.median(v)))):
+            t = {k: pick(v) for k, v in times.items()}
+            print(f"{name:<8}{label:<8}{t['two']:>10.2f}{t['one']:>10.2f}{t['plain']:>8.2f}"
+                  f"{t['bounded']:>9.2f}{t['two'] / t['plain']:>9.1f}"
+                  f"{t['one'] / t['plain']:>9.1f}{t['two'] / t['bounded']:>11.2f}"
+                  f"{t['one'] / t['bounded']:>11.2f}")
     if args.peer_rows:
         peer(args.peer_rows, args.peer_trials)
         if args.tumult:

@@ -134,6 +134,9 @@ class GroupedResult:
         relation: The neighbouring relation of the ledger.
         bounds: The contribution bounds applied (G groups, R rows per group and unit).
         keys_selected: True when the keys were chosen privately (not declared).
+        counts: For a mean, the noisy count of each group that the mean divides by (a
+            frame with ``value``, ``low`` and ``high``, as `GroupBy.count` returns),
+            released with the mean's ``count_share``; None for the other statistics.
     """
 
     frame: pd.DataFrame
@@ -145,6 +148,7 @@ class GroupedResult:
     relation: Relation
     bounds: ContributionBounds
     keys_selected: bool
+    counts: pd.DataFrame | None = None
 
     @property
     def cost(self) -> PrivacyCost:
@@ -520,7 +524,14 @@ class GroupBy:
         """Noisy means per group: noisy centred sum / noisy count, as
         `dpaccount.aggregates.mean` in each group (``count_share`` of each part to the
         count); each group's part is the basic composition of its two releases (Dwork
-        and Roth 2014, Thm 3.16)."""
+        and Roth 2014, Thm 3.16).
+
+        The result's ``counts`` holds the noisy row count each mean divides by (a frame
+        like `count`'s: ``value``, ``low``, ``high`` at ``level``, the interval `count`
+        would give at ``count_share`` of this epsilon and delta). It is already paid for,
+        so a count and a mean of the same groups need one call: one charge and one pass
+        over the data (contribution bounding once), not two.
+        """
         plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
         relation, kind, lvl, eps, dlt, sel = plan
         share = to_fraction(count_share, "count_share")
@@ -556,12 +567,15 @@ class GroupBy:
                 "high": [float(hi * g) for _, _, hi in estimates],
             },
         )
+        counts = np.asarray(noisy_counts, dtype=np.float64)
+        wc = count_mech.halfwidth(lvl)
+        paid = self._frame(keys, {"value": counts, "low": counts - wc, "high": counts + wc})
         widest = max((float((hi - lo) * g / 2) for _, lo, hi in estimates), default=0.0)
         return GroupedResult(
             frame, lvl, widest,
             f"each group's clipped mean lies in its interval with probability >= {lvl} "
             "(union bound over its sum and count)",
-            record, s * g, relation, self._bounds, sel is not None,
+            record, s * g, relation, self._bounds, sel is not None, paid,
         )
 
     def histogram(

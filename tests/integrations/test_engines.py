@@ -95,8 +95,10 @@ def test_dask_group_by_result_equals_pandas() -> None:
                     max_rows_per_unit=3, rng=RandomSource.seeded(9))
         res = g.mean("x", acct, 1, lower=0, upper=10, delta="1e-6")
         frames.append(res.frame)
+        frames.append(res.counts)  # the count the mean paid for: the same on both
         assert len(acct.records) == 1
-    pd.testing.assert_frame_equal(frames[0], frames[1])
+    pd.testing.assert_frame_equal(frames[0], frames[2])
+    pd.testing.assert_frame_equal(frames[1], frames[3])
 
 
 def test_dask_checks_before_the_charge() -> None:

@@ -176,6 +176,36 @@ def test_mean_intervals_cover_the_clipped_means() -> None:
         assert abs(row["value"] - truth[key]) < 1.0
 
 
+def test_a_mean_carries_the_count_it_paid_for() -> None:
+    # The noisy count the mean divides by comes with it, with the interval a count
+    # call at the mean's count share would give: one charge, one pass, both answers.
+    df = frame(20_000)
+    acct = Accountant(Budget(10))
+    g = groupby(df, "region", keys=REGIONS, privacy_unit="user", max_groups_per_unit=2,
+                max_rows_per_unit=3, rng=seeded(7))
+    res = g.mean("income", acct, 2, lower=0, upper=100, count_share="1/4")
+    assert len(acct.records) == 1
+    assert list(res.frame.columns) == ["value", "low", "high"]  # the frame is unchanged
+    alone = g.count(acct, "0.5")  # the same mechanism: epsilon 2 * 1/4
+    assert alone.cost == PrivacyCost("0.5")
+    assert res.counts is not None and alone.counts is None
+    assert list(res.counts.index) == list(alone.frame.index)
+    for key in REGIONS:
+        row = res.counts.loc[key]
+        assert row["low"] <= row["value"] <= row["high"]
+        assert row["high"] - row["value"] == pytest.approx(alone.error_bound)
+        # both estimate a bounded count of about 2,600 rows (their bounding samples
+        # differ): far apart only if the bounded counts were not the same quantity
+        assert abs(row["value"] - alone.frame.loc[key, "value"]) < 0.2 * row["value"]
+    exact = groupby(df, "region", keys=REGIONS).mean("income", Accountant(Budget(10**6)),
+                                                    10**5, lower=0, upper=100)
+    sizes = df.groupby("region").size()
+    assert exact.counts is not None
+    for key in REGIONS:  # no unit, epsilon 10**5: the count is the group's size
+        assert round(exact.counts.loc[key, "value"]) == sizes[key]
+    assert res.clamped(0, 100).counts is res.counts  # post-processing of the mean only
+
+
 def test_private_keys_release_big_groups_and_not_a_lone_person() -> None:
     df = frame(5_000)
     lone = pd.DataFrame({"user": [10**9], "region": ["only-me"], "income": [1.0]})
