@@ -161,7 +161,10 @@ def test_spark_group_by_result_equals_pandas(spark: Any) -> None:
         g = groupby(data, "key", keys=list(KEYS), privacy_unit="user",
                     max_rows_per_unit=2, rng=RandomSource.seeded(4))
         frames.append(g.count(acct, 1).frame)
-    pd.testing.assert_frame_equal(frames[0], frames[1])
+        mean = g.mean("x", acct, 1, lower=0, upper=10)
+        frames += [mean.frame, mean.counts]  # with the count the mean paid for
+    for mine, theirs in zip(frames[:3], frames[3:], strict=True):
+        pd.testing.assert_frame_equal(mine, theirs)
 
 
 def test_spark_checks_before_the_charge(spark: Any) -> None:
