@@ -12,6 +12,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +62,21 @@ def test_no_gate_for_memory_read_only_or_a_file_in_its_place(tmp_path: Path) -> 
     reader.close()
 
 
-def test_one_holder_at_a_time_reentrant_and_bounded(tmp_path: Path) -> None:
+@pytest.fixture
+def gates(tmp_path: Path) -> Iterator[tuple[WriterGate, WriterGate]]:
+    """Two writers' gates of one file (as two processes would hold them)."""
     a = WriterGate.beside(str(tmp_path / "g.db"))
     b = WriterGate.beside(str(tmp_path / "g.db"))
     assert a is not None and b is not None
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_one_holder_at_a_time_reentrant_and_bounded(
+    gates: tuple[WriterGate, WriterGate],
+) -> None:
+    a, b = gates
     assert a.enter(_deadline(SOON))
     assert a.enter(_deadline(SOON))  # re-entrant
     a.leave()
@@ -75,14 +87,12 @@ def test_one_holder_at_a_time_reentrant_and_bounded(tmp_path: Path) -> None:
     assert b.enter(_deadline(SOON))
     assert not a.enter(_deadline(0.01))
     b.leave()
-    a.close()
-    b.close()
 
 
-def test_a_waiter_is_woken_when_the_holder_leaves(tmp_path: Path) -> None:
-    a = WriterGate.beside(str(tmp_path / "g.db"))
-    b = WriterGate.beside(str(tmp_path / "g.db"))
-    assert a is not None and b is not None
+def test_a_waiter_is_woken_when_the_holder_leaves(
+    gates: tuple[WriterGate, WriterGate],
+) -> None:
+    a, b = gates
     assert a.enter(_deadline(SOON))
     got: list[bool] = []
     waiter = threading.Thread(target=lambda: got.append(b.enter(_deadline(SOON))))
@@ -93,8 +103,6 @@ def test_a_waiter_is_woken_when_the_holder_leaves(tmp_path: Path) -> None:
     waiter.join(SOON)
     assert got == [True]
     b.leave()
-    a.close()
-    b.close()
 
 
 def _hold_gate(path: str, ready: Any) -> None:
