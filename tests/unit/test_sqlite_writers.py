@@ -39,19 +39,20 @@ def _deadline(seconds: float) -> float:
     return time.monotonic() + seconds
 
 
-def test_the_gate_is_a_private_fifo_beside_the_file(tmp_path: Path) -> None:
+def test_the_gate_is_a_private_hidden_fifo_beside_the_file(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "l.db", name="L")
-    mode = os.stat(tmp_path / "l.db-writers").st_mode
+    assert sorted(p.name for p in tmp_path.glob("l.db*")) == ["l.db", "l.db-shm", "l.db-wal"]
+    mode = os.stat(tmp_path / ".l.db-writers").st_mode
     assert stat.S_ISFIFO(mode) and stat.S_IMODE(mode) & 0o077 == 0
     store.close()
 
 
 def test_no_gate_for_memory_read_only_or_a_file_in_its_place(tmp_path: Path) -> None:
     assert WriterGate.beside(":memory:") is None
-    (tmp_path / "x.db-writers").write_text("not a fifo")
+    (tmp_path / ".x.db-writers").write_text("not a fifo")
     assert WriterGate.beside(str(tmp_path / "x.db")) is None
     os.mkfifo(tmp_path / "elsewhere")
-    (tmp_path / "y.db-writers").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / ".y.db-writers").symlink_to(tmp_path / "elsewhere")
     assert WriterGate.beside(str(tmp_path / "y.db")) is None  # never through a symlink
     acct = open_ledger(f"sqlite:///{tmp_path / 'x.db'}", name="L", budget=Budget(1))
     acct.charge(PrivacyCost("0.5"))  # still a working ledger, without a gate

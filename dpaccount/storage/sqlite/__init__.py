@@ -5,7 +5,7 @@ its WAL frames without waiting for the disk (``synchronous=NORMAL``), and the st
 fsyncs the WAL after releasing the write lock, before the append returns: a charge is on
 disk before its query runs, and writers in other processes do not wait for this one's
 flush. With ``commit="sync"`` (``synchronous=FULL``) the fsync happens inside ``COMMIT``.
-Writers take turns through a gate beside the file (``<file>-writers``, see
+Writers take turns through a gate beside the file (``.<file>-writers``, see
 `dpaccount.storage.sqlite.gate`) instead of sleeping in SQLite's busy handler. Every
 append runs in one ``BEGIN IMMEDIATE``
 transaction that reads the ledger's tip, refuses with

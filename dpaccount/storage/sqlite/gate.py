@@ -4,7 +4,7 @@ write lock without sleeping through each other's turns.
 SQLite's own wait for a busy write lock sleeps in steps of 1, 2, 5, ... milliseconds,
 while a dpaccount append holds the lock for about a tenth of a millisecond. Writers of one
 file in several processes therefore spend most of their time asleep while the lock is
-free. The gate is a FIFO beside the database (``<file>-writers``, mode 0600):
+free. The gate is a FIFO beside the database (``.<file>-writers``, hidden, mode 0600):
 
 - a writer takes an exclusive ``flock`` on it before ``BEGIN IMMEDIATE`` (the kernel
   drops the lock of a process that dies, so a crash never blocks the others);
@@ -51,8 +51,10 @@ class WriterGate:
     """
 
     def __init__(self, path: str) -> None:
-        #: The FIFO beside the database file.
-        self.path = f"{path}-writers"
+        #: The FIFO beside the database file, hidden: ``cp ledger.db*`` would block
+        #: reading it (a FIFO without a writer never ends).
+        folder, name = os.path.split(path)
+        self.path = os.path.join(folder, f".{name}-writers")
         self._fd: int | None = None
         self._poll: Any = None  # a select.poll watching the FIFO for wake-ups
         self._depth = 0
