@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
+
+from _bytecode import compile_dpaccount
 
 IMPORTS = {
     "numpy + scipy.special": "import numpy, scipy.special",
@@ -79,15 +80,6 @@ def run(code: str) -> str:
 def import_time(statement: str) -> float:
     code = f"import time\nt = time.perf_counter()\n{statement}\nprint(time.perf_counter() - t)"
     return float(run(code))
-
-
-def compile_dpaccount() -> None:
-    """Write dpaccount's bytecode (``__pycache__``), as ``pip install`` does for a wheel."""
-    import dpaccount
-
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run([sys.executable, "-m", "compileall", "-q",
-                    os.path.dirname(dpaccount.__file__)], check=True, env=env)
 
 
 def main() -> None:
