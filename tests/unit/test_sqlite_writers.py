@@ -248,3 +248,31 @@ def test_a_failed_flush_keeps_the_charge_and_stops_the_query(
     again = open_ledger(url, name="L", budget=Budget(1))
     assert again.spent == PrivacyCost("0.25")  # committed: counted, never refunded
     again.store.close()
+
+
+def test_a_relative_path_keeps_its_wal_and_gate_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteStore("rel.db", name="L")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    flushed: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        flushed.append(os.fstat(fd).st_ino)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert store._gate is not None and store._gate.path == str(tmp_path / ".rel.db-writers")
+    from dpaccount.charges import Relation
+    from dpaccount.records import LedgerMeta
+
+    with pytest.raises(StorageError, match="deleted or replaced"):  # fails closed, as before
+        store.initialize(LedgerMeta.build("L", Budget(1), {"name": "basic"},
+                                          Relation.ADD_REMOVE))
+    store._flush_wal()  # the WAL it opens is the file's own, wherever the process is
+    assert flushed == [os.stat(tmp_path / "rel.db-wal").st_ino]
+    store.close()

@@ -68,6 +68,7 @@ class SQLiteSession:
     commit: str
     _gate: WriterGate | None
     _wal_fd: int | None
+    _wal_path: str
 
     def _busy_seconds(self) -> float:
         # Short waits inside SQLite; the retry loop keeps the overall deadline.
@@ -188,8 +189,8 @@ class SQLiteSession:
         if self.path == ":memory:":
             return
         try:
-            if self._wal_fd is None:
-                self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+            if self._wal_fd is None:  # (opened once: the WAL stays while we are open)
+                self._wal_fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
             os.fsync(self._wal_fd)
         except OSError as exc:
             raise StorageError(

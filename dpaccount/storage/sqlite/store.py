@@ -140,8 +140,11 @@ class SQLiteStore(SQLiteAppends):
         if self.path != ":memory:":
             self._identity = self._file_identity()
         self._retry(self._setup)
+        # The WAL and the gate by absolute path: a later chdir must not point them elsewhere.
+        absolute = self.path if self.path == ":memory:" else os.path.abspath(self.path)
+        self._wal_path = f"{absolute}-wal"
         if not self.read_only:
-            self._gate = WriterGate.beside(self.path)
+            self._gate = WriterGate.beside(absolute)
 
     def initialize(self, meta: LedgerMeta) -> LedgerMeta:
         """Create the ledger if it is new, verify it, and return its stored metadata.
