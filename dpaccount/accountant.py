@@ -673,13 +673,14 @@ class Accountant:
         """Fold in records appended by other writers since this accountant's head."""
         if self._store.head() == self._head:
             return
-        for record in self._store.read(self._head):
-            if record.seq != self._head:
+        records = list(self._store.read(self._head))
+        for expected, record in enumerate(records, self._head):
+            if record.seq != expected:
                 raise LedgerCorruptError(
-                    f"expected record {self._head}, read record {record.seq}", seq=record.seq
+                    f"expected record {expected}, read record {record.seq}", seq=record.seq
                 )
-            self._state = self._rule.extend(self._state, record.charge)
-            self._head += 1
+        self._state = self._rule.extend_all(self._state, [r.charge for r in records])
+        self._head += len(records)
 
     # -- closing ----------------------------------------------------------------------
 

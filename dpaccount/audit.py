@@ -22,7 +22,7 @@ from typing import Any, Final, TypeVar
 import attrs
 
 from dpaccount.composition import rule_from_description
-from dpaccount.composition.base import Rule
+from dpaccount.composition.base import Rule, count_distinct
 from dpaccount.composition.basic import BasicRule
 from dpaccount.composition.states import encode_state
 from dpaccount.costs import PrivacyCost, format_bound
@@ -174,18 +174,13 @@ def spend_over_time(meta: LedgerMeta, records: Sequence[LedgerRecord], *, by: st
 
 def _counted(keys: Sequence[_K], records: Sequence[LedgerRecord]
              ) -> list[tuple[tuple[_K, PrivacyCost], int]]:
-    """How many records have each (key, cost): exact sums of many records' costs are then
-    a few multiplications instead of a Fraction addition per record. Costs are told apart
-    by identity (a decoded ledger shares them; hashing a Fraction is slow): equal costs
-    in two objects are merely counted twice, which gives the same sums."""
-    counts: dict[tuple[_K, int], list[Any]] = {}  # (key, id(cost)) -> [cost, count]
-    for key, record in zip(keys, records, strict=True):
-        entry = counts.get((key, id(record.cost)))
-        if entry is None:
-            counts[(key, id(record.cost))] = [record.cost, 1]
-        else:
-            entry[1] += 1
-    return [((key, cost), count) for (key, _), (cost, count) in counts.items()]
+    """How many records have each (key, cost) (`count_distinct`, costs by identity): exact
+    sums of many records' costs are then a few multiplications instead of a Fraction
+    addition per record."""
+    pairs = count_distinct(((key, record.cost) for key, record in zip(keys, records,
+                                                                       strict=True)),
+                           key=lambda pair: (pair[0], id(pair[1])))
+    return [((key, cost), count) for (key, cost), count in pairs]
 
 
 @attrs.frozen

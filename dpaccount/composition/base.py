@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, TypeVar
 
 from dpaccount.charges import Atom, Charge, atoms
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import UnsupportedChargeError
 
-__all__ = ["Adaptivity", "Rule", "SpentMeaning"]
+__all__ = ["Adaptivity", "Rule", "SpentMeaning", "count_distinct"]
 
 State = TypeVar("State")
+T = TypeVar("T")
 
 
 class Adaptivity(enum.IntEnum):
@@ -60,6 +61,29 @@ class SpentMeaning(enum.StrEnum):
     FILTER = "filter"
     SUM = "sum"
     PLAN = "plan"
+
+
+def count_distinct(items: Iterable[T], key: Callable[[T], Hashable] = id
+                   ) -> list[tuple[T, int]]:
+    """Each distinct item (told apart by ``key``; by default by identity: a decoded ledger
+    shares its charge and cost objects, and hashing a Fraction is slow) with how often it
+    occurs, in the order first seen. Equal items in two objects are merely counted apart,
+    which leaves any sum over them the same.
+
+    Examples:
+        >>> a, b = object(), object()
+        >>> count_distinct([a, b, a]) == [(a, 2), (b, 1)]
+        True
+    """
+    counts: dict[Hashable, list[Any]] = {}  # key -> [item, count]
+    for item in items:
+        k = key(item)
+        entry = counts.get(k)
+        if entry is None:
+            counts[k] = [item, 1]
+        else:
+            entry[1] += 1
+    return [(item, count) for item, count in counts.values()]
 
 
 class Rule(abc.ABC, Generic[State]):
@@ -128,14 +152,7 @@ class Rule(abc.ABC, Generic[State]):
             for charge in charges:
                 state = self.extend(state, charge)
             return state
-        counts: dict[int, list[Any]] = {}  # id(charge) -> [charge, count]
-        for charge in charges:
-            entry = counts.get(id(charge))
-            if entry is None:
-                counts[id(charge)] = [charge, 1]
-            else:
-                entry[1] += 1
-        for charge, times in counts.values():
+        for charge, times in count_distinct(charges):
             for atom, count in atoms(charge):
                 state = self.add(state, atom, count * times)
         return state

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from fractions import Fraction
-from typing import Any
 
 import attrs
 
@@ -49,6 +48,7 @@ class BasicRule(Rule[BasicState]):
     adaptivity = Adaptivity.FULLY_ADAPTIVE
     spent_meaning = SpentMeaning.SUM
     theorem = _THEOREM
+    order_free = True  # exact sums of epsilon and delta: replays fold each charge once
 
     def start(self) -> BasicState:
         return BasicState(Fraction(0), Fraction(0))
@@ -66,23 +66,6 @@ class BasicRule(Rule[BasicState]):
         """``cost_of(charge)`` is the sum of its atoms' costs times their counts
         (`Repeated.cost` multiplies exactly), which is what `extend` adds."""
         return BasicState(state.epsilon + cost.epsilon, state.delta + cost.delta)
-
-    def extend_all(self, state: BasicState, charges: Iterable[Charge]) -> BasicState:
-        """The sums are exact and order-free, so each distinct charge object (a decoded
-        ledger shares them) is folded once and multiplied by how often it occurs."""
-        counts: dict[int, list[Any]] = {}  # id(charge) -> [charge, count]
-        for charge in charges:
-            entry = counts.get(id(charge))
-            if entry is None:
-                counts[id(charge)] = [charge, 1]
-            else:
-                entry[1] += 1
-        epsilon, delta = state.epsilon, state.delta
-        for charge, count in counts.values():
-            once = self.extend(self.start(), charge)
-            epsilon += once.epsilon * count
-            delta += once.delta * count
-        return BasicState(epsilon, delta)
 
     def total(self, state: BasicState) -> PrivacyCost:
         if state.delta >= 1:
