@@ -295,6 +295,26 @@ class DurableContract(StoreContract):
                  (link, f"{total.numerator}/{total.denominator}"))  # with the cost: fine
         assert store.verify().head == 3  # type: ignore[attr-defined]
 
+    def test_a_cost_spelled_inside_a_label_does_not_stand_in_for_the_records_cost(
+        self, store: Store
+    ) -> None:
+        # The sums trigger reads the record's cost from its payload by position: a label
+        # spelling out a cost of 0 must not be taken for it.
+        self.fill(store, 2)
+        prev = self.fetch("SELECT hash FROM {s}records WHERE seq = 1")[0][0]
+        decoy = attrs.evolve(rec(2, eps="9/10"),
+                             label='"cost":{"delta":"0/1","epsilon":"0/1","kind":"cost"}')
+        payload = canonical_bytes(decoy).decode()
+        link = chain_hash_payload(prev, payload)
+        self.raw("INSERT INTO {s}records VALUES ('main', 2, ?, ?, ?, NULL)",
+                 (payload, prev, link))
+        with pytest.raises(self.db_error(), match="forward"):
+            self.raw("UPDATE {s}ledgers SET head = 3, last_hash = ?", (link,))
+        total = Fraction(1, 100) + Fraction(2, 100) + Fraction(9, 10)
+        self.raw("UPDATE {s}ledgers SET head = 3, last_hash = ?, epsilon_sum = ?",
+                 (link, f"{total.numerator}/{total.denominator}"))
+        assert store.verify().head == 3  # type: ignore[attr-defined]
+
     def test_meta_edit_without_migration_is_detected(self, store: Store) -> None:
         self.fill(store, 1)
         self.raw("UPDATE {s}ledgers SET meta = replace(meta, '\"1/1\"', '\"9/1\"')")
@@ -637,6 +657,47 @@ class TestPostgresStore(DurableContract):
         assert again.append_within(1, rec(1), None, Fraction(0), None).appended
         assert again.verify().head == 2
         again.close()
+
+    def test_a_schema_whose_sums_trigger_calls_an_older_function_is_upgraded(
+        self, store: Store
+    ) -> None:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+        from dpaccount.storage.postgres.schema import SUMS_FUNCTION
+
+        self.fill(store, 1)
+        store.close()
+        # As a schema made by an earlier dpaccount: its trigger calls the function's
+        # previous version (here a stand-in that checks nothing), and the current one is
+        # not there yet.
+        self.raw("CREATE FUNCTION {s}dpaccount_sums_follow_records_v1() RETURNS trigger "
+                 "LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$")
+        self.raw("DROP TRIGGER ledgers_sums_follow_records ON {s}ledgers")
+        self.raw(f"DROP FUNCTION {{s}}{SUMS_FUNCTION}")
+        self.raw("CREATE CONSTRAINT TRIGGER ledgers_sums_follow_records AFTER UPDATE ON "
+                 "{s}ledgers DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+                 "{s}dpaccount_sums_follow_records_v1()")
+        again = PostgresStore(PG_URL, name="main", schema=self.schema)
+        again.initialize(META)
+        assert again.missing_protections() == []
+        with pytest.raises(self.db_error(), match="forward"):  # the trigger checks again
+            self.raw("UPDATE {s}ledgers SET head = head + 1, last_hash = repeat('a', 64)")
+        again.append(1, rec(1))
+        assert again.verify().head == 2
+        again.close()
+
+    def test_a_sums_trigger_pointed_at_another_function_is_reported(self, store: Store
+                                                                     ) -> None:
+        self.fill(store, 1)
+        self.raw("CREATE FUNCTION {s}lenient() RETURNS trigger LANGUAGE plpgsql AS "
+                 "$$ BEGIN RETURN NULL; END $$")
+        self.raw("DROP TRIGGER ledgers_sums_follow_records ON {s}ledgers")
+        self.raw("CREATE CONSTRAINT TRIGGER ledgers_sums_follow_records AFTER UPDATE ON "
+                 "{s}ledgers DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+                 "{s}lenient()")
+        assert store.missing_protections() == [  # type: ignore[attr-defined]
+            "ledgers_sums_follow_records"]
 
     def unprotect(self) -> None:
         self.raw("ALTER TABLE {s}records DISABLE TRIGGER USER")

@@ -581,20 +581,26 @@ class PostgresStore(PostgresAppends):
         )
 
     def missing_protections(self) -> list[str]:
-        """The protective triggers that are missing or disabled (dropped or switched off)."""
-        expected = {"records_append_only", "records_no_truncate", "meta_history_append_only",
-                    "meta_history_no_truncate", "ledgers_keep", "ledgers_tip_moves_forward",
-                    "ledgers_sums_follow_records", "snapshots_append_only",
-                    "snapshots_no_truncate"}
+        """The protective triggers that are missing, disabled (dropped or switched off), or
+        that call another function than the one this version of dpaccount installs."""
+        guard = "dpaccount_append_only"
+        expected = {"records_append_only": guard, "records_no_truncate": guard,
+                    "meta_history_append_only": guard, "meta_history_no_truncate": guard,
+                    "ledgers_keep": guard, "ledgers_tip_moves_forward": TIP_FUNCTION,
+                    "ledgers_sums_follow_records": SUMS_FUNCTION,
+                    "snapshots_append_only": guard, "snapshots_no_truncate": guard}
 
         def get(conn: Any) -> list[str]:
             rows = conn.execute(
-                "SELECT t.tgname, t.tgenabled FROM pg_trigger t JOIN pg_class c "
+                "SELECT t.tgname, t.tgenabled, p.proname FROM pg_trigger t JOIN pg_class c "
                 "ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "JOIN pg_proc p ON p.oid = t.tgfoid "
                 "WHERE n.nspname = %s AND NOT t.tgisinternal", (self.schema,)
             ).fetchall()
-            enabled = {str(name) for name, state in rows if str(state) != "D"}
-            return sorted(expected - enabled)
+            standing = {(str(name), str(function)) for name, state, function in rows
+                        if str(state) != "D"}
+            return sorted(name for name, function in expected.items()
+                          if (name, function) not in standing)
 
         return self._call(get)
 
