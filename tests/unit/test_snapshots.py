@@ -7,6 +7,9 @@ from __future__ import annotations
 import io
 import json
 import sqlite3
+import subprocess
+import sys
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,43 @@ def test_every_rule_state_survives_encoding_exactly(rule_name: str, data: Any) -
     assert _same(back, state)
     assert rule.total(back) == rule.total(state)
     assert encode_state(back) == text
+
+
+def test_only_the_listed_state_classes_are_encoded_and_read_back() -> None:
+    from dpaccount.composition.basic import BasicState
+
+    @attrs.frozen
+    class BasicState2(BasicState):  # same fields, not a listed class
+        pass
+
+    assert encode_state(BasicState2(Fraction(1), Fraction(0))) is None
+    text = encode_state(BasicState(Fraction(1, 3), Fraction(0)))
+    assert text is not None
+    for kind in ("os", "BasicState", "", 7, None):
+        with pytest.raises(LedgerCorruptError, match="cannot be read"):
+            decode_state(text.replace('"basic"', json.dumps(kind)))
+
+
+def test_snapshotting_a_basic_ledger_loads_no_other_engine(tmp_path: Path) -> None:
+    # Encoding a state used to import every state's module, the PLD engine and
+    # scipy.fft with it: about 90 ms inside the charge that wrote the snapshot.
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    code = (
+        "import sys\n"
+        "from dpaccount import Budget, PrivacyCost, open_ledger\n"
+        f"acct = open_ledger({url!r}, name='L', budget=Budget(10))\n"
+        "for _ in range(20):\n"
+        "    acct.charge(PrivacyCost('0.001'))\n"
+        "acct.close()\n"
+        "print(sorted(m for m in ('dpaccount.accounting.pld', 'dpaccount.accounting.rdp',\n"
+        "                         'scipy.fft') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout
+    assert out.strip() == "[]"
+    with open_ledger(url, name="L", budget=Budget(10)) as again:
+        assert again.spent == PrivacyCost("0.02")  # and the snapshot it wrote reads back
+        assert again.store.snapshot is not None  # type: ignore[attr-defined]
 
 
 STEP = GaussianCharge(sigma=40, sensitivity=1, epsilon=1)
