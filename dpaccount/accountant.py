@@ -558,13 +558,14 @@ class Accountant:
             if query_id is not None:
                 self._refuse_duplicate(query_id)
             raise
-        for missed in result.missed:
-            if missed.seq != self._head:
+        for expected, missed in enumerate(result.missed, self._head):
+            if missed.seq != expected:
                 raise LedgerCorruptError(
-                    f"expected record {self._head}, read record {missed.seq}", seq=missed.seq
+                    f"expected record {expected}, read record {missed.seq}", seq=missed.seq
                 )
-            self._state = self._rule.extend(self._state, missed.charge)
-            self._head += 1
+        if result.missed:
+            self._state = self._rule.extend_all(self._state, [m.charge for m in result.missed])
+            self._head += len(result.missed)
         new_state = self._rule.extend(self._state, charge)
         if not result.appended:
             if not self._rule.admits(new_state, self._budget):

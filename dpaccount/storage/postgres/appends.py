@@ -156,12 +156,11 @@ class PostgresAppends(PostgresSession):
                     f"ledger {self.name!r}: the server hashed record {head} differently; "
                     "the charge is refused"
                 )
-        if old_tip is not None and old_tip.head == known_head and old_tip.last_hash == anchor:
-            # Keep the cached tip (used by append()) current: fold what was read.
-            tip = old_tip
-            for row, missed_record in zip(rows, missed, strict=True):
-                tip = tip.after(missed_record, row[3])
-            self._tip_cache = tip.after(record, record_hash) if appended else tip
+        if (not missed and old_tip is not None and old_tip.head == known_head
+                and old_tip.last_hash == anchor):
+            # Keep the cached tip (used by append()) current while it costs one addition;
+            # after other writers' records the next append() reads it again instead.
+            self._tip_cache = old_tip.after(record, record_hash) if appended else old_tip
         return AppendResult(appended, head, tuple(missed))
 
     def append_decided(
