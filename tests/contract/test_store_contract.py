@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -36,7 +36,7 @@ from dpaccount.errors import (
 from dpaccount.ledgers import open_ledger
 from dpaccount.records import LedgerMeta, LedgerRecord, canonical_bytes, chain_hash_payload
 from dpaccount.storage._sql import sums_follow
-from dpaccount.storage.base import Store, SumLimitedStore
+from dpaccount.storage.base import DecidingStore, Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 from dpaccount.storage.sqlite import SQLiteStore
 
@@ -353,6 +353,61 @@ class DurableContract(StoreContract):
         a.store.close()
         b.store.close()
 
+
+    # -- append_decided: the caller decides under the store's write lock ----------------
+
+    def deciding(self, store: Store) -> DecidingStore:
+        assert isinstance(store, DecidingStore)
+        return store
+
+    def test_append_decided_hands_over_the_missed_records_and_appends_at_the_head(
+        self, opener: Callable[[str], Store], store: Store
+    ) -> None:
+        other = opener("main")
+        other.initialize(META)
+        winners = self.fill(other, 3)  # this store still believes the head is 0
+        seen: list[list[LedgerRecord]] = []
+
+        def decide(missed: Sequence[LedgerRecord]) -> bool:
+            seen.append(list(missed))
+            return True
+
+        mine = rec(0, eps="1/7", query_id="late")
+        result = self.deciding(store).append_decided(0, mine, decide)
+        assert (result.appended, result.seq, list(result.missed)) == (True, 3, winners)
+        assert seen == [winners]
+        assert list(store.read()) == [*winners, attrs.evolve(mine, seq=3)]
+        again = self.deciding(store).append_decided(4, rec(4), decide)
+        assert (again.appended, again.seq, again.missed) == (True, 4, ())
+        other.append(5, rec(5))  # the lock was released, and the chain continues
+        tip = store.verify()  # type: ignore[attr-defined]
+        assert (tip.head, tip.epsilon_sum) == (
+            6, Fraction(1 + 2 + 3, 100) + Fraction(1, 7) + Fraction(2, 10))
+        other.close()
+
+    def test_append_decided_refused_or_failed_writes_nothing_and_releases_the_lock(
+        self, opener: Callable[[str], Store], store: Store
+    ) -> None:
+        self.fill(store, 2)
+        s = self.deciding(store)
+        refused = s.append_decided(2, rec(2), lambda missed: False)
+        assert (refused.appended, refused.seq, refused.missed) == (False, 2, ())
+
+        def broken(missed: Sequence[LedgerRecord]) -> bool:
+            raise ValueError("the decision failed")
+
+        with pytest.raises(ValueError, match="the decision failed"):
+            s.append_decided(2, rec(2), broken)
+        store.append(2, rec(2, query_id="once"))
+        with pytest.raises(LedgerConflictError):  # a query_id recorded before
+            s.append_decided(3, rec(3, query_id="once"), lambda missed: True)
+        assert store.head() == 3
+        other = opener("main")  # nothing holds the lock: another writer appends at once
+        other.initialize(META)
+        other.append(3, rec(3))
+        assert s.append_decided(4, rec(4), lambda missed: True).appended
+        assert store.verify().head == 5  # type: ignore[attr-defined]
+        other.close()
 
     # -- append_within: the store decides the basic rule on its own sums ---------------
 

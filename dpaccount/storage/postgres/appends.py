@@ -26,9 +26,16 @@ from dpaccount.records import (
     chain_hash_payload,
 )
 from dpaccount.storage._chain import check_not_behind, check_records, missed_records
-from dpaccount.storage._sql import LedgerTip, RecordRow, frac_text, renumberable, within_limits
+from dpaccount.storage._sql import (
+    LedgerTip,
+    RecordRow,
+    frac_text,
+    parse_frac,
+    renumberable,
+    within_limits,
+)
 from dpaccount.storage.base import AppendResult, GroupAppend
-from dpaccount.storage.postgres.session import PostgresSession
+from dpaccount.storage.postgres.session import RECORD_COLUMNS, PostgresSession
 
 __all__ = ["PostgresAppends"]
 
@@ -261,30 +268,80 @@ class PostgresAppends(PostgresSession):
         decide: Callable[[LedgerTip, Sequence[LedgerRecord]], bool],
     ) -> AppendResult:
         """Under the ledger row's lock: read the records missed since ``known_head``,
-        ask ``decide(tip, missed)``, and store ``record`` at the head found if it agrees."""
-        prefix, suffix = renumberable(record, known_head)
+        ask ``decide(tip, missed)``, and store ``record`` at the head found if it agrees.
 
-        def insert(cur: Any) -> tuple[bool, LedgerTip, list[LedgerRecord]]:
-            if self.commit == "group":
-                cur.execute("SET LOCAL synchronous_commit = off")
-            tip = self._locked_tip(cur, lock=True)
-            check_not_behind(tip.head, known_head)
-            missed: list[LedgerRecord] = []
-            if tip.head > known_head:
-                prev, rows = self._rows_since(cur, known_head)
+        Two round trips: the lock and the records read under it, then the decision's
+        statements with the commit (and, for ``"group"``, the durability barrier after
+        it). The row stays locked from the first to the commit, one round trip.
+        """
+        prefix, suffix = renumberable(record, known_head)
+        group = self.commit == "group"
+        lock_sql = (
+            ("BEGIN; SET LOCAL synchronous_commit = off; " if group else "BEGIN; ")
+            + f"SELECT head, last_hash, epsilon_sum, delta_sum, meta FROM {self._s}.ledgers "
+            "WHERE name = %(name)s FOR UPDATE; "
+            f"SELECT {RECORD_COLUMNS} FROM {self._s}.records WHERE ledger = %(name)s "
+            "AND seq >= %(start)s ORDER BY seq"
+        )
+        store_sql = (
+            f"INSERT INTO {self._s}.records VALUES (%(name)s, %(seq)s, %(payload)s, "
+            "%(prev)s, %(hash)s, %(qid)s); "
+            f"UPDATE {self._s}.ledgers SET head = %(head)s, last_hash = %(hash)s, "
+            "epsilon_sum = %(eps)s, delta_sum = %(delta)s WHERE name = %(name)s; COMMIT"
+            + (f"; {self._sql_barrier}" if group else "")
+        )
+
+        def run(conn: Any) -> tuple[bool, LedgerTip, list[LedgerRecord]]:
+            cur = self._pg.ClientCursor(conn)
+            try:
+                cur.execute(lock_sql, {"name": self.name, "start": max(known_head - 1, 0)})
+                selects = [rows for status, rows in _results(cur) if status.startswith("SELECT")]
+                if len(selects) != 2 or len(selects[0]) != 1:
+                    raise StorageError(f"ledger {self.name!r} is not initialized")
+                head, last_hash, eps, delta, meta = selects[0][0]
+                self._check_meta(meta)
+                tip = LedgerTip(int(head), str(last_hash), parse_frac(eps, "epsilon_sum"),
+                                parse_frac(delta, "delta_sum"))
+                check_not_behind(tip.head, known_head)
+                rows: list[RecordRow] = [tuple(r) for r in selects[1]]
+                prev = GENESIS_HASH
+                if known_head > 0:
+                    if not rows or rows[0][0] != known_head - 1:
+                        raise LedgerCorruptError(f"record {known_head - 1} is missing",
+                                                 seq=known_head - 1)
+                    prev = rows.pop(0)[3]
                 missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash,
                                         self._key)
-            if not decide(tip, missed):
-                return False, tip, missed
-            numbered = attrs.evolve(record, seq=tip.head)
-            return True, self._store_at(cur, tip, numbered, f"{prefix}{tip.head}{suffix}"), missed
+                if not decide(tip, missed):
+                    conn.execute("ROLLBACK")
+                    return False, tip, missed
+                payload = f"{prefix}{tip.head}{suffix}"
+                record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
+                new = tip.after(record, record_hash)
+                cur.execute(store_sql, {
+                    "name": self.name, "seq": tip.head, "payload": payload,
+                    "prev": tip.last_hash, "hash": record_hash, "qid": record.query_id,
+                    "head": new.head, "eps": frac_text(new.epsilon_sum),
+                    "delta": frac_text(new.delta_sum),
+                })
+                done = _results(cur)
+                counts = [status for status, _rows in done]
+                if counts[:2] != ["INSERT 0 1", "UPDATE 1"] or (
+                        group and (len(done) != 4 or len(done[3][1]) != 1)):
+                    raise StorageError(
+                        f"ledger {self.name!r}: record {tip.head} was not found after its "
+                        "commit; the charge is refused"
+                    )
+            except BaseException:
+                self._rollback(conn)
+                raise
+            return True, new, missed
 
+        self._writable()
         self._tip_cache = None
         self._prefetch = None
-        appended, tip, missed = self._write(insert)
+        appended, tip, missed = self._call(run)
         if appended:
-            if self.commit == "group":
-                self._barrier(tip.last_hash, tip.head - 1)
             self._tip_cache = tip
             self._seen = (tip.head, tip.last_hash)
             return AppendResult(True, tip.head - 1, tuple(missed))
@@ -426,3 +483,14 @@ class PostgresAppends(PostgresSession):
         for record in records[:-1]:
             tip = tip.after(record, chain_hash(tip.last_hash, record, self._key))
         self._tip_cache = tip.after(records[-1], last_hash)
+
+
+def _results(cur: Any) -> list[tuple[str, list[Any]]]:
+    """Each statement's status and rows (empty unless it returned rows) of the query just
+    run on ``cur``, in order."""
+    results: list[tuple[str, list[Any]]] = []
+    while True:
+        status = cur.statusmessage or ""
+        results.append((status, cur.fetchall() if cur.description is not None else []))
+        if not cur.nextset():
+            return results
