@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
@@ -764,6 +765,18 @@ def _atom_values(
 #: Fixed-point scale of the RDP running sums (exact integer sums: charging k times and
 #: charging Repeated(c, k) once give identical states).
 _SCALE = 2**52
+#: The largest Renyi sum (units of 2^-52) an order limit takes: past it a sum is no
+#: longer a finite float (a limit of this much admits at most this much).
+_MAX_UNITS = 2**1023
+#: How many distinct charges a rule keeps its RDP vector for, by identity.
+_VECTOR_CACHE = 256
+#: The bit pattern of +inf: non-negative floats are ordered as their bit patterns.
+_INF_BITS = struct.unpack("<q", struct.pack("<d", math.inf))[0]
+
+
+def _float_of_bits(bits: int) -> float:
+    value: float = struct.unpack("<d", struct.pack("<q", bits))[0]
+    return value
 
 
 def charge_rdp(atom: Atom, alpha: float, *, relation: Relation = Relation.ADD_REMOVE) -> float:
@@ -970,6 +983,11 @@ class RDPRule(Rule[RDPState]):
         self._split = self._delta / len(self.orders) if adaptive else self._delta
         self._items: list[tuple[Atom, int]] = []
         self._plan_total: PrivacyCost | None = None
+        # id(atom) -> (atom, its vector): a charge charged again skips hashing the atom
+        # and the grid (the entry keeps the atom alive, so its id is not reused).
+        self._vectors: dict[int, tuple[Atom, npt.NDArray[np.object_]]] = {}
+        #: (epsilon, each order's limit) for the last budget `admits` was asked about.
+        self._limits: tuple[Fraction, tuple[int, ...]] | None = None
         if not self.adaptive:
             self._set_plan(plan)
 
@@ -1043,7 +1061,13 @@ class RDPRule(Rule[RDPState]):
 
     def add(self, state: RDPState, atom: Atom, count: int) -> RDPState:
         if self.adaptive:
-            vector = _atom_vector(atom, self.orders, self.relation)
+            entry = self._vectors.get(id(atom))
+            if entry is None:
+                if len(self._vectors) >= _VECTOR_CACHE:
+                    self._vectors.clear()
+                entry = (atom, _atom_vector(atom, self.orders, self.relation))
+                self._vectors[id(atom)] = entry
+            vector = entry[1]
             total = state.rdp + vector * count
             total.setflags(write=False)
             return RDPState(total)
@@ -1102,13 +1126,73 @@ class RDPRule(Rule[RDPState]):
         return _trusted(up(eps), self.target_delta)
 
     def admits(self, state: RDPState, budget: Budget) -> bool:
+        """Whether ``total(state)`` is within ``budget``: for the filter, whether some
+        order's sum is at most that order's limit (`order_limits`), which is the same
+        decision in a few integer comparisons."""
         if not (any(state.rdp) if self.adaptive else any(state.used)):
             return True
         if budget.delta < self.target_delta:
             return False
         if budget.epsilon is None:
             return True
-        return self.total(state).epsilon <= budget.epsilon
+        if not self.adaptive:
+            return self.total(state).epsilon <= budget.epsilon
+        limits = self.order_limits(budget.epsilon)
+        return any(s <= t for s, t in zip(state.rdp.tolist(), limits, strict=True))
+
+    def order_limits(self, epsilon: Fraction) -> tuple[int, ...]:
+        """For each order, the largest Renyi sum (in units of 2^-52) at which `total`'s
+        conversion at that order alone is within ``epsilon``; -1 where none is.
+
+        `total` reports up(round(min over orders of conv_alpha(x_alpha))), where x_alpha
+        is the order's sum as a float rounded up and conv_alpha is the conversion of
+        Canonne, Kamath and Steinke 2020, Prop. 12. Every step is non-decreasing in the
+        sum (x_alpha, then conv_alpha = x_alpha + a constant, clipped below at 0, then the
+        roundings), and a minimum of non-decreasing functions is within epsilon exactly
+        when one of them is. So a state is within epsilon exactly when some order's sum
+        is at most its limit: a Renyi filter with one budget per order (Feldman and Zrnic
+        2021, Thm 3.1), found once per budget by a search that evaluates the very
+        expressions `total` evaluates, at each order's own position of the grid.
+        """
+        cached = self._limits
+        if cached is not None and cached[0] == epsilon:
+            return cached[1]
+        k = len(self.orders)
+
+        def fits(sums: list[int]) -> list[bool]:
+            floats = RDPState(np.array(sums, dtype=object)).as_float()
+            out = []
+            for value in _conversion(floats, self._orders, self._split).tolist():
+                rounded = _round_eps(value)
+                out.append(math.isfinite(rounded) and up(rounded) <= epsilon)
+            return out
+
+        lo = [-1] * k  # the largest sum known to fit (-1: none yet)
+        hi = [_MAX_UNITS + 1] * k  # the smallest known not to (past the cap: none)
+        probe = [0] * k
+        growing = [True] * k
+        while any(growing):  # 0, 1, 3, 7, ...: up to the first sum that does not fit
+            for i, ok in enumerate(fits(probe)):
+                if not growing[i]:
+                    continue
+                if not ok:
+                    hi[i], growing[i] = probe[i], False
+                elif probe[i] >= _MAX_UNITS:
+                    lo[i], growing[i] = probe[i], False
+                else:
+                    lo[i], probe[i] = probe[i], min(2 * probe[i] + 1, _MAX_UNITS)
+        while any(h - low > 1 for low, h in zip(lo, hi, strict=True)):
+            middle = [(low + h) // 2 if h - low > 1 else max(low, 0)
+                      for low, h in zip(lo, hi, strict=True)]
+            for i, ok in enumerate(fits(middle)):
+                if hi[i] - lo[i] > 1:
+                    if ok:
+                        lo[i] = middle[i]
+                    else:
+                        hi[i] = middle[i]
+        limits = tuple(lo)
+        self._limits = (epsilon, limits)
+        return limits
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -1161,6 +1245,10 @@ class GDPFilterRule(Rule[GDPState]):
         self.target_delta = _target_delta(target_delta, budget, self.name)
         if self.target_delta == 0:
             raise ConfigError("the gdp rule needs target_delta > 0")
+        #: (epsilon, delta, the limit on sum mu^2) for the last budget asked about.
+        self._limit: tuple[Fraction, Fraction, Fraction | None] | None = None
+        #: id(atom) -> (atom, its mu^2), as `RDPRule` keeps its vectors.
+        self._mu_squared: dict[int, tuple[Atom, Fraction]] = {}
 
     def start(self) -> GDPState:
         return GDPState(Fraction(0))
@@ -1170,7 +1258,15 @@ class GDPFilterRule(Rule[GDPState]):
             raise UnsupportedChargeError(
                 f"the gdp filter composes plain Gaussian charges only, not {atom!r}"
             )
-        return GDPState(state.mu_squared + count * (atom.sensitivity / atom.sigma) ** 2)
+        entry = self._mu_squared.get(id(atom))
+        if entry is None:
+            if len(self._mu_squared) >= _VECTOR_CACHE:
+                self._mu_squared.clear()
+            entry = (atom, (atom.sensitivity / atom.sigma) ** 2)
+            self._mu_squared[id(atom)] = entry
+        if count == 1:
+            return GDPState(state.mu_squared + entry[1])
+        return GDPState(state.mu_squared + count * entry[1])
 
     def total(self, state: GDPState) -> PrivacyCost:
         if state.mu_squared == 0:
@@ -1178,12 +1274,51 @@ class GDPFilterRule(Rule[GDPState]):
         return _trusted(gdp_epsilon(state.mu_squared, self.target_delta), self.target_delta)
 
     def admits(self, state: GDPState, budget: Budget) -> bool:
+        """Whether sum mu^2 is at most the budget's limit (`mu_squared_limit`)."""
         if state.mu_squared == 0:
             return True
         if budget.epsilon is None:
             return self.target_delta <= budget.delta
-        mu = Fraction(math.nextafter(math.sqrt(float_up(state.mu_squared)), math.inf))
-        return gaussian_delta_up(budget.epsilon, mu) <= budget.delta
+        limit = self.mu_squared_limit(budget.epsilon, budget.delta)
+        return limit is not None and state.mu_squared <= limit
+
+    def fits(self, mu_squared: float, epsilon: Fraction, delta: Fraction) -> bool:
+        """The check at a float sum: mu = sqrt(sum mu^2), rounded up, and the rounded-up
+        Gaussian profile delta(epsilon) at mu (Balle and Wang 2018, Thm 8) <= delta."""
+        mu = Fraction(math.nextafter(math.sqrt(mu_squared), math.inf))
+        try:
+            return gaussian_delta_up(epsilon, mu) <= delta
+        except (InvalidCostError, OverflowError, ZeroDivisionError):
+            return False
+
+    def mu_squared_limit(self, epsilon: Fraction, delta: Fraction) -> Fraction | None:
+        """A float L with `fits` (L) true, found by bisection over the positive floats
+        (None: not even the smallest fits).
+
+        The filter stops before sum mu^2 would pass L, so the interaction is
+        sqrt(L)-GDP (Smith and Thakurta 2022, Thm 1.1; fully adaptive), and
+        (epsilon, delta)-DP because the exact profile is increasing in mu:
+        delta_true(epsilon; sqrt(S)) <= delta_true(epsilon; mu(L)) <=
+        gaussian_delta_up(epsilon, mu(L)) <= delta. A float sum x is at most L exactly
+        when the exact sum rounded up is, so this is the per-charge check at every sum up
+        to L; the search finds the largest such L wherever the rounded profile is
+        non-decreasing in mu (tested against it, and against the exact profile).
+        """
+        cached = self._limit
+        if cached is not None and cached[0] == epsilon and cached[1] == delta:
+            return cached[2]
+        limit: Fraction | None = None
+        if self.fits(_float_of_bits(1), epsilon, delta):  # the smallest positive float
+            lo, hi = 1, _INF_BITS  # float bit patterns: lo fits, hi does not (inf)
+            while hi - lo > 1:
+                middle = (lo + hi) // 2
+                if self.fits(_float_of_bits(middle), epsilon, delta):
+                    lo = middle
+                else:
+                    hi = middle
+            limit = Fraction(_float_of_bits(lo))
+        self._limit = (epsilon, delta, limit)
+        return limit
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "target_delta": str(self.target_delta)}
