@@ -233,6 +233,10 @@ class Accountant:
             and not isinstance(self._store, MemoryStore)
         ):
             self._deciding_store = self._store
+        #: Whether to fold in other writers' records before asking for the store's lock
+        #: (`DecidingStore`: where reading costs no round trip, the lock is held only for
+        #: what was appended since).
+        self._catch_up_first = bool(getattr(self._deciding_store, "catch_up_first", False))
         #: Whether other writers appended lately (then decide under the store's lock),
         #: and how many charges since found that nobody else had appended.
         self._contended, self._quiet = False, 0
@@ -453,6 +457,11 @@ class Accountant:
                 # as they are there: a decision here first would be made on a stale state.
                 deciding = (self._deciding_store
                             if self._contended or _attempt > 0 else None)
+                caught_up = False
+                if deciding is not None and self._catch_up_first:
+                    before = self._head
+                    self._catch_up()  # outside the lock: under it, only what comes since
+                    caught_up = self._head != before
                 new_state = None
                 if deciding is None:
                     new_state = self._rule.extend_costed(self._state, charge, cost)
@@ -475,7 +484,8 @@ class Accountant:
                 if self._sum_store is not None:
                     return self._append_within_sums(self._sum_store, record, charge, query_id)
                 if deciding is not None:
-                    return self._append_decided(deciding, record, charge, query_id)
+                    return self._append_decided(deciding, record, charge, query_id,
+                                                caught_up)
                 try:
                     self._store.append(self._head, record)
                 except LedgerConflictError:
@@ -585,10 +595,12 @@ class Accountant:
         return attrs.evolve(record, seq=result.seq)
 
     def _append_decided(
-        self, store: DecidingStore, record: LedgerRecord, charge: Charge, query_id: str | None
+        self, store: DecidingStore, record: LedgerRecord, charge: Charge, query_id: str | None,
+        caught_up: bool = False,
     ) -> LedgerRecord:
         """Decide under the store's write lock: fold in what other writers appended, apply
-        the rule, and append at the current head in the same transaction."""
+        the rule, and append at the current head in the same transaction. ``caught_up``:
+        other writers' records were folded in just before (they count as a meeting)."""
         seen: dict[str, Any] = {}
         try:
             result = store.append_decided(self._head, record, self._decider(charge, seen))
@@ -598,7 +610,7 @@ class Accountant:
                 self._refuse_duplicate(query_id)
             raise
         self._state, self._head = seen["state"], seen["head"]
-        self._quiet = 0 if result.missed else self._quiet + 1
+        self._quiet = 0 if result.missed or caught_up else self._quiet + 1
         self._contended = self._quiet < _QUIET_CHARGES
         if not result.appended:
             if not self._rule.admits(seen["new_state"], self._budget):

@@ -123,6 +123,11 @@ class DecidingStore(Protocol):
     ``decide(missed)`` while still holding the lock, and appends ``record`` at the current
     head if it returns True, all in one transaction: concurrent writers are serialised,
     so none of them loses a compare-and-append race and retries.
+
+    A store may also set ``catch_up_first = True``: the accountant then reads and folds
+    in the records other writers appended *before* asking for the lock, so that under
+    it only those appended since remain (worth it where a read costs no round trip, as
+    on SQLite; on PostgreSQL the extra round trip costs more than it saves).
     """
 
     def append_decided(

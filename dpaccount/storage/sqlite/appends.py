@@ -35,6 +35,10 @@ __all__ = ["SQLiteAppends"]
 class SQLiteAppends(SQLiteSession):
     """The append paths of `SQLiteStore` (its base class)."""
 
+    #: Reading is local: an accountant deciding under the write lock folds in the other
+    #: writers' records first, outside it (see `DecidingStore`).
+    catch_up_first = True
+
     def append(self, expected_head: int, record: LedgerRecord) -> None:
         """Append ``record`` if the ledger still has ``expected_head`` records.
 
