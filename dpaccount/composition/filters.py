@@ -41,6 +41,9 @@ from dpaccount.errors import ConfigError, InvalidCostError
 
 __all__ = ["FilterRule", "FilterState", "filter_epsilon", "filter_value"]
 
+#: How many distinct charges a filter keeps its terms for, by identity.
+_TERM_CACHE = 256
+
 THEOREM_FILTER = (
     "Whitehouse, Ramdas, Rogers and Wu 2023 (ICML), Thm 3.2: privacy filter for "
     "approximate DP, stop when sqrt(2 ln(1/delta') sum eps_m^2) + sum eps_m^2 / 2 would "
@@ -149,16 +152,25 @@ class FilterRule(Rule[FilterState]):
                 f"delta_slack {self.delta_slack} exceeds the budget's delta {budget.delta}"
             )
         self._log_inv = log_inv_up(self.delta_slack)
+        # id(atom) -> (atom, epsilon^2, delta): a charge met again is not costed and
+        # squared again (the entry keeps the atom alive, so its id is not reused).
+        self._terms: dict[int, tuple[Atom, Fraction, Fraction]] = {}
 
     def start(self) -> FilterState:
         return FilterState(ZERO, ZERO)
 
     def add(self, state: FilterState, atom: Atom, count: int) -> FilterState:
-        cost = cost_of(atom)
-        e = cost.epsilon
+        entry = self._terms.get(id(atom))
+        if entry is None:
+            if len(self._terms) >= _TERM_CACHE:
+                self._terms.clear()
+            cost = cost_of(atom)
+            entry = (atom, cost.epsilon * cost.epsilon, cost.delta)
+            self._terms[id(atom)] = entry
+        _, e2, delta = entry
         if count == 1:
-            return FilterState(state.eps_sq + e * e, state.delta + cost.delta)
-        return FilterState(state.eps_sq + e * e * count, state.delta + cost.delta * count)
+            return FilterState(state.eps_sq + e2, state.delta + delta)
+        return FilterState(state.eps_sq + e2 * count, state.delta + delta * count)
 
     def value(self, state: FilterState) -> Fraction:
         """sqrt(2 ln(1/delta') S2) + S2/2 for this state, rounded up."""

@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from dpaccount import GaussianCharge, LaplaceCharge, PrivacyCost
 from dpaccount._numeric import float_up, gaussian_delta_up
 from dpaccount.accounting.rdp import GDPFilterRule, GDPState, RDPRule, RDPState
+from dpaccount.charges import cost_of
+from dpaccount.composition.filters import FilterRule, FilterState
 from dpaccount.costs import Budget
 from dpaccount.errors import InvalidCostError
 
@@ -153,11 +155,13 @@ def test_the_gaussian_limit_decides_as_the_profile_does(epsilon: Fraction, delta
 def test_a_charge_met_again_is_folded_from_the_cache_and_the_cache_stays_bounded() -> None:
     rule = RDPRule(target_delta="1e-5")
     gdp = GDPFilterRule(target_delta="1e-5")
+    adv = FilterRule(delta_slack="1e-6")
     charges = [GaussianCharge(sigma=1 + i, sensitivity=1, epsilon=1) for i in range(300)]
-    state, mu = rule.start(), gdp.start()
+    state, mu, sq = rule.start(), gdp.start(), adv.start()
     for charge in charges + charges[:10]:
         state = rule.add(state, charge, 2)
         mu = gdp.add(mu, charge, 2)
+        sq = adv.add(sq, charge, 2)
     fresh, fresh_mu = RDPRule(target_delta="1e-5"), GDPFilterRule(target_delta="1e-5")
     expected, expected_mu = fresh.start(), fresh_mu.start()
     for charge in charges + charges[:10]:
@@ -169,4 +173,9 @@ def test_a_charge_met_again_is_folded_from_the_cache_and_the_cache_stays_bounded
         fresh_mu._mu_squared.clear()
     assert state.rdp.tolist() == expected.rdp.tolist()
     assert mu == expected_mu
-    assert len(rule._vectors) <= 256 and len(gdp._mu_squared) <= 256
+    costs = [cost_of(charge) for charge in charges + charges[:10]]
+    assert sq == FilterState(sum(2 * c.epsilon**2 for c in costs),  # (mu^2 by hand too)
+                             sum(2 * c.delta for c in costs))
+    assert mu.mu_squared == sum(2 * Fraction(1, (1 + i) ** 2)
+                                for i in [*range(300), *range(10)])
+    assert max(len(rule._vectors), len(gdp._mu_squared), len(adv._terms)) <= 256
