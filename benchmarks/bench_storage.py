@@ -25,8 +25,9 @@ Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
    until writers meet, then under the store's lock (``append_decided``). Goal (issue
    16): ratio >= 0.5 for every rule. On Linux each row also prints the machine's CPU
    time per transaction (clients, server and kernel together, from ``/proc/stat``), raw
-   and ledger: on a machine whose cores the clients share with the database, the
-   ratio can be no better than raw CPU / ledger CPU.
+   and ledger: on a machine whose cores the clients share with the database, a run that
+   keeps the cores busy reaches at most (cores x 1 s) / (CPU per charge) charges/s. (The
+   raw side also waits on the disk, so the ratio of the two CPU times is not a bound.)
 
 Every ledger charge is durable when it returns, as every raw transaction is: SQLite
 ledgers use the default ``commit="group"`` (one fsync of the WAL per charge, after the
