@@ -1062,7 +1062,7 @@ class RDPRule(Rule[RDPState]):
     def add(self, state: RDPState, atom: Atom, count: int) -> RDPState:
         if self.adaptive:
             entry = self._vectors.get(id(atom))
-            if entry is None:
+            if entry is None or entry[0] is not atom:
                 if len(self._vectors) >= _VECTOR_CACHE:
                     self._vectors.clear()
                 entry = (atom, _atom_vector(atom, self.orders, self.relation))
@@ -1259,7 +1259,7 @@ class GDPFilterRule(Rule[GDPState]):
                 f"the gdp filter composes plain Gaussian charges only, not {atom!r}"
             )
         entry = self._mu_squared.get(id(atom))
-        if entry is None:
+        if entry is None or entry[0] is not atom:
             if len(self._mu_squared) >= _VECTOR_CACHE:
                 self._mu_squared.clear()
             entry = (atom, (atom.sensitivity / atom.sigma) ** 2)

@@ -161,7 +161,7 @@ class FilterRule(Rule[FilterState]):
 
     def add(self, state: FilterState, atom: Atom, count: int) -> FilterState:
         entry = self._terms.get(id(atom))
-        if entry is None:
+        if entry is None or entry[0] is not atom:
             if len(self._terms) >= _TERM_CACHE:
                 self._terms.clear()
             cost = cost_of(atom)
