@@ -770,6 +770,8 @@ _SCALE = 2**52
 _MAX_UNITS = 2**1023
 #: How many distinct charges a rule keeps its RDP vector for, by identity.
 _VECTOR_CACHE = 256
+#: How many budgets a filter keeps its limits for.
+_BUDGET_CACHE = 16
 #: The bit pattern of +inf: non-negative floats are ordered as their bit patterns.
 _INF_BITS = struct.unpack("<q", struct.pack("<d", math.inf))[0]
 
@@ -986,8 +988,8 @@ class RDPRule(Rule[RDPState]):
         # id(atom) -> (atom, its vector): a charge charged again skips hashing the atom
         # and the grid (the entry keeps the atom alive, so its id is not reused).
         self._vectors: dict[int, tuple[Atom, npt.NDArray[np.object_]]] = {}
-        #: (epsilon, each order's limit) for the last budget `admits` was asked about.
-        self._limits: tuple[Fraction, tuple[int, ...]] | None = None
+        #: epsilon -> each order's limit, for the last few budgets asked about.
+        self._limits: dict[Fraction, tuple[int, ...]] = {}
         if not self.adaptive:
             self._set_plan(plan)
 
@@ -1154,9 +1156,9 @@ class RDPRule(Rule[RDPState]):
         2021, Thm 3.1), found once per budget by a search that evaluates the very
         expressions `total` evaluates, at each order's own position of the grid.
         """
-        cached = self._limits
-        if cached is not None and cached[0] == epsilon:
-            return cached[1]
+        cached = self._limits.get(epsilon)
+        if cached is not None:
+            return cached
         k = len(self.orders)
 
         def fits(sums: list[int]) -> list[bool]:
@@ -1191,7 +1193,9 @@ class RDPRule(Rule[RDPState]):
                     else:
                         hi[i] = middle[i]
         limits = tuple(lo)
-        self._limits = (epsilon, limits)
+        if len(self._limits) >= _BUDGET_CACHE:
+            self._limits.clear()
+        self._limits[epsilon] = limits
         return limits
 
     def describe(self) -> dict[str, Any]:
@@ -1245,8 +1249,8 @@ class GDPFilterRule(Rule[GDPState]):
         self.target_delta = _target_delta(target_delta, budget, self.name)
         if self.target_delta == 0:
             raise ConfigError("the gdp rule needs target_delta > 0")
-        #: (epsilon, delta, the limit on sum mu^2) for the last budget asked about.
-        self._limit: tuple[Fraction, Fraction, Fraction | None] | None = None
+        #: (epsilon, delta) -> the limit on sum mu^2, for the last few budgets asked about.
+        self._limit: dict[tuple[Fraction, Fraction], Fraction | None] = {}
         #: id(atom) -> (atom, its mu^2), as `RDPRule` keeps its vectors.
         self._mu_squared: dict[int, tuple[Atom, Fraction]] = {}
 
@@ -1304,9 +1308,8 @@ class GDPFilterRule(Rule[GDPState]):
         to L; the search finds the largest such L wherever the rounded profile is
         non-decreasing in mu (tested against it, and against the exact profile).
         """
-        cached = self._limit
-        if cached is not None and cached[0] == epsilon and cached[1] == delta:
-            return cached[2]
+        if (epsilon, delta) in self._limit:
+            return self._limit[epsilon, delta]
         limit: Fraction | None = None
         if self.fits(_float_of_bits(1), epsilon, delta):  # the smallest positive float
             lo, hi = 1, _INF_BITS  # float bit patterns: lo fits, hi does not (inf)
@@ -1317,7 +1320,9 @@ class GDPFilterRule(Rule[GDPState]):
                 else:
                     hi = middle
             limit = Fraction(_float_of_bits(lo))
-        self._limit = (epsilon, delta, limit)
+        if len(self._limit) >= _BUDGET_CACHE:
+            self._limit.clear()
+        self._limit[epsilon, delta] = limit
         return limit
 
     def describe(self) -> dict[str, Any]:

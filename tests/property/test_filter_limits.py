@@ -47,6 +47,7 @@ def test_renyi_limits_decide_as_the_conversion_does(epsilon: Fraction, target: F
     rule = RDPRule(target_delta=target)
     budget = Budget(epsilon, target)
     limits = rule.order_limits(epsilon)
+    rule.order_limits(epsilon + 1)  # another budget asked about in between
     assert rule.order_limits(epsilon) is limits  # found once per budget
     sums = []
     for limit in limits:
