@@ -19,7 +19,6 @@ from dpaccount.errors import (
     StorageError,
 )
 from dpaccount.records import (
-    GENESIS_HASH,
     LedgerRecord,
     canonical_bytes,
     chain_hash,
@@ -30,12 +29,15 @@ from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
     frac_text,
-    parse_frac,
     renumberable,
     within_limits,
 )
 from dpaccount.storage.base import AppendResult, GroupAppend
-from dpaccount.storage.postgres.session import RECORD_COLUMNS, PostgresSession
+from dpaccount.storage.postgres.session import (
+    RECORD_COLUMNS,
+    PostgresSession,
+    split_anchor,
+)
 
 __all__ = ["PostgresAppends"]
 
@@ -141,14 +143,10 @@ class PostgresAppends(PostgresSession):
                 "ledger's chain changed (a server crash lost an asynchronous commit?); "
                 "nothing was written; reopen the ledger", seq=known_head - 1,
             )
-        anchor = GENESIS_HASH
         if head == known_head:
             anchor = prev  # nothing was missed: the function sent no rows
-        elif known_head > 0:
-            if not rows or rows[0][0] != known_head - 1:
-                raise LedgerCorruptError(f"record {known_head - 1} is missing",
-                                         seq=known_head - 1)
-            anchor = rows.pop(0)[3]
+        else:
+            anchor, rows = split_anchor(rows, known_head)
         missed = missed_records(rows, known_head, anchor, head, prev)
         appended = state == "appended"
         self._seen = (head + 1, record_hash) if appended else (head, prev)
@@ -296,20 +294,10 @@ class PostgresAppends(PostgresSession):
             try:
                 cur.execute(lock_sql, {"name": self.name, "start": max(known_head - 1, 0)})
                 selects = [rows for status, rows in _results(cur) if status.startswith("SELECT")]
-                if len(selects) != 2 or len(selects[0]) != 1:
-                    raise StorageError(f"ledger {self.name!r} is not initialized")
-                head, last_hash, eps, delta, meta = selects[0][0]
-                self._check_meta(meta)
-                tip = LedgerTip(int(head), str(last_hash), parse_frac(eps, "epsilon_sum"),
-                                parse_frac(delta, "delta_sum"))
+                tip = self._tip_of_row(selects[0][0] if len(selects) == 2 and selects[0]
+                                       else None)
                 check_not_behind(tip.head, known_head)
-                rows: list[RecordRow] = [tuple(r) for r in selects[1]]
-                prev = GENESIS_HASH
-                if known_head > 0:
-                    if not rows or rows[0][0] != known_head - 1:
-                        raise LedgerCorruptError(f"record {known_head - 1} is missing",
-                                                 seq=known_head - 1)
-                    prev = rows.pop(0)[3]
+                prev, rows = split_anchor([tuple(r) for r in selects[1]], known_head)
                 missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash,
                                         self._key)
                 if not decide(tip, missed):

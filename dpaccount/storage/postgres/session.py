@@ -31,7 +31,7 @@ from dpaccount.records import (
 from dpaccount.storage._chain import Snapshot
 from dpaccount.storage._sql import LedgerTip, RecordRow, check_key, frac_text, parse_frac
 
-__all__ = ["RECORD_COLUMNS", "PostgresSession"]
+__all__ = ["RECORD_COLUMNS", "PostgresSession", "split_anchor"]
 
 T = TypeVar("T")
 Locking = Literal["conditional", "row", "serializable"]
@@ -285,7 +285,12 @@ class PostgresSession:
             "WHERE name = %s" + (" FOR UPDATE" if lock else ""),
             (self.name if name is None else name,),
         )
-        row = cur.fetchone()
+        return self._tip_of_row(cur.fetchone(), name, settings)
+
+    def _tip_of_row(self, row: Any, name: str | None = None,
+                    settings: str | None = None) -> LedgerTip:
+        """The tip in a ``(head, last_hash, epsilon_sum, delta_sum, meta)`` row of the
+        ledgers table, its settings checked as `_locked_tip` says."""
         if row is None:
             raise StorageError(f"ledger {self.name if name is None else name!r} is not "
                                "initialized")
@@ -307,12 +312,7 @@ class PostgresSession:
             "AND seq >= %s ORDER BY seq",
             (self.name if name is None else name, start - 1 if start > 0 else 0),
         ).fetchall()
-        prev = GENESIS_HASH
-        if start > 0:
-            if not rows or rows[0][0] != start - 1:
-                raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
-            prev = rows.pop(0)[3]
-        return prev, rows
+        return split_anchor(rows, start)
 
     def _store_at(self, cur: Any, tip: LedgerTip, record: LedgerRecord, payload: str,
                   name: str | None = None) -> LedgerTip:
@@ -371,3 +371,17 @@ class PostgresSession:
                 )
 
         self._call(run)
+
+
+def split_anchor(rows: list[RecordRow], start: int) -> tuple[str, list[RecordRow]]:
+    """Rows read from ``seq >= start - 1``: the hash of record ``start - 1`` (the genesis
+    hash for 0) and the rows from ``start`` on (``rows`` loses its first row).
+
+    Raises:
+        LedgerCorruptError: Record ``start - 1`` is not the first row.
+    """
+    if start == 0:
+        return GENESIS_HASH, rows
+    if not rows or rows[0][0] != start - 1:
+        raise LedgerCorruptError(f"record {start - 1} is missing", seq=start - 1)
+    return str(rows.pop(0)[3]), rows
