@@ -77,7 +77,7 @@ from dpaccount.charges import (
     atoms,
     cost_of,
 )
-from dpaccount.composition.base import Adaptivity, Rule, SpentMeaning
+from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
 from dpaccount.costs import Budget, PrivacyCost, _trusted
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 
@@ -768,8 +768,6 @@ _SCALE = 2**52
 #: The largest Renyi sum (units of 2^-52) an order limit takes: past it a sum is no
 #: longer a finite float (a limit of this much admits at most this much).
 _MAX_UNITS = 2**1023
-#: How many distinct charges a rule keeps its RDP vector for, by identity.
-_VECTOR_CACHE = 256
 #: How many budgets a filter keeps its limits for.
 _BUDGET_CACHE = 16
 #: The bit pattern of +inf: non-negative floats are ordered as their bit patterns.
@@ -985,9 +983,8 @@ class RDPRule(Rule[RDPState]):
         self._split = self._delta / len(self.orders) if adaptive else self._delta
         self._items: list[tuple[Atom, int]] = []
         self._plan_total: PrivacyCost | None = None
-        # id(atom) -> (atom, its vector): a charge charged again skips hashing the atom
-        # and the grid (the entry keeps the atom alive, so its id is not reused).
-        self._vectors: dict[int, tuple[Atom, npt.NDArray[np.object_]]] = {}
+        # A charge met again skips hashing the atom and the grid for its vector.
+        self._vectors = ByIdentity[npt.NDArray[np.object_]]()
         #: epsilon -> each order's limit, for the last few budgets asked about.
         self._limits: dict[Fraction, tuple[int, ...]] = {}
         if not self.adaptive:
@@ -1063,13 +1060,8 @@ class RDPRule(Rule[RDPState]):
 
     def add(self, state: RDPState, atom: Atom, count: int) -> RDPState:
         if self.adaptive:
-            entry = self._vectors.get(id(atom))
-            if entry is None or entry[0] is not atom:
-                if len(self._vectors) >= _VECTOR_CACHE:
-                    self._vectors.clear()
-                entry = (atom, _atom_vector(atom, self.orders, self.relation))
-                self._vectors[id(atom)] = entry
-            vector = entry[1]
+            vector = self._vectors.get(
+                atom, lambda: _atom_vector(atom, self.orders, self.relation))
             total = state.rdp + vector * count
             total.setflags(write=False)
             return RDPState(total)
@@ -1251,8 +1243,8 @@ class GDPFilterRule(Rule[GDPState]):
             raise ConfigError("the gdp rule needs target_delta > 0")
         #: (epsilon, delta) -> the limit on sum mu^2, for the last few budgets asked about.
         self._limit: dict[tuple[Fraction, Fraction], Fraction | None] = {}
-        #: id(atom) -> (atom, its mu^2), as `RDPRule` keeps its vectors.
-        self._mu_squared: dict[int, tuple[Atom, Fraction]] = {}
+        #: Each charge's mu^2, as `RDPRule` keeps its vectors.
+        self._mu_squared = ByIdentity[Fraction]()
 
     def start(self) -> GDPState:
         return GDPState(Fraction(0))
@@ -1262,15 +1254,10 @@ class GDPFilterRule(Rule[GDPState]):
             raise UnsupportedChargeError(
                 f"the gdp filter composes plain Gaussian charges only, not {atom!r}"
             )
-        entry = self._mu_squared.get(id(atom))
-        if entry is None or entry[0] is not atom:
-            if len(self._mu_squared) >= _VECTOR_CACHE:
-                self._mu_squared.clear()
-            entry = (atom, (atom.sensitivity / atom.sigma) ** 2)
-            self._mu_squared[id(atom)] = entry
+        mu_squared = self._mu_squared.get(atom, lambda: (atom.sensitivity / atom.sigma) ** 2)
         if count == 1:
-            return GDPState(state.mu_squared + entry[1])
-        return GDPState(state.mu_squared + count * entry[1])
+            return GDPState(state.mu_squared + mu_squared)
+        return GDPState(state.mu_squared + count * mu_squared)
 
     def total(self, state: GDPState) -> PrivacyCost:
         if state.mu_squared == 0:

@@ -16,7 +16,7 @@ from dpaccount.charges import Atom, Charge, atoms
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import UnsupportedChargeError
 
-__all__ = ["Adaptivity", "Rule", "SpentMeaning", "count_distinct"]
+__all__ = ["Adaptivity", "ByIdentity", "Rule", "SpentMeaning", "count_distinct"]
 
 State = TypeVar("State")
 T = TypeVar("T")
@@ -84,6 +84,40 @@ def count_distinct(items: Iterable[T], key: Callable[[T], Hashable] = id
         else:
             entry[1] += 1
     return [(item, count) for item, count in counts.values()]
+
+
+class ByIdentity(Generic[T]):
+    """A value computed once per object, found by the object's identity (a ledger's
+    charges are mostly the same few objects, and hashing them, Fractions included, is
+    slow). An entry keeps its object alive, so its id is not reused while cached; past
+    ``size`` entries the cache starts over.
+
+    Examples:
+        >>> squares = ByIdentity[int]()
+        >>> seven = 7.0
+        >>> squares.get(seven, lambda: 49), squares.get(seven, lambda: 0), len(squares)
+        (49, 49, 1)
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._entries: dict[int, tuple[Any, T]] = {}
+        self._size = size
+
+    def get(self, obj: Any, compute: Callable[[], T]) -> T:
+        """The value for ``obj``: cached, or ``compute()`` stored for it."""
+        entry = self._entries.get(id(obj))
+        if entry is None or entry[0] is not obj:
+            if len(self._entries) >= self._size:
+                self._entries.clear()
+            entry = (obj, compute())
+            self._entries[id(obj)] = entry
+        return entry[1]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class Rule(abc.ABC, Generic[State]):

@@ -34,15 +34,12 @@ import attrs
 from dpaccount._numeric import ZERO, float_up, up
 from dpaccount.charges import Atom, cost_of
 from dpaccount.composition.advanced import check_slack, log_inv_up
-from dpaccount.composition.base import Adaptivity, Rule, SpentMeaning
+from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
 from dpaccount.composition.planning import as_cost, remaining_per_query
 from dpaccount.costs import Budget, PrivacyCost, _trusted
 from dpaccount.errors import ConfigError, InvalidCostError
 
 __all__ = ["FilterRule", "FilterState", "filter_epsilon", "filter_value"]
-
-#: How many distinct charges a filter keeps its terms for, by identity.
-_TERM_CACHE = 256
 
 THEOREM_FILTER = (
     "Whitehouse, Ramdas, Rogers and Wu 2023 (ICML), Thm 3.2: privacy filter for "
@@ -92,6 +89,11 @@ def filter_epsilon(costs: Iterable[Any], delta_slack: Any) -> PrivacyCost:
     if total_delta >= 1:
         raise InvalidCostError("delta", total_delta, "delta_slack + sum of deltas reaches 1")
     return _trusted(filter_value(eps_sq, slack), total_delta)
+
+
+def _filter_terms(atom: Atom) -> tuple[Fraction, Fraction]:
+    cost = cost_of(atom)
+    return cost.epsilon * cost.epsilon, cost.delta
 
 
 @attrs.frozen
@@ -152,22 +154,14 @@ class FilterRule(Rule[FilterState]):
                 f"delta_slack {self.delta_slack} exceeds the budget's delta {budget.delta}"
             )
         self._log_inv = log_inv_up(self.delta_slack)
-        # id(atom) -> (atom, epsilon^2, delta): a charge met again is not costed and
-        # squared again (the entry keeps the atom alive, so its id is not reused).
-        self._terms: dict[int, tuple[Atom, Fraction, Fraction]] = {}
+        # A charge met again is not costed and squared again: (epsilon^2, delta).
+        self._terms = ByIdentity[tuple[Fraction, Fraction]]()
 
     def start(self) -> FilterState:
         return FilterState(ZERO, ZERO)
 
     def add(self, state: FilterState, atom: Atom, count: int) -> FilterState:
-        entry = self._terms.get(id(atom))
-        if entry is None or entry[0] is not atom:
-            if len(self._terms) >= _TERM_CACHE:
-                self._terms.clear()
-            cost = cost_of(atom)
-            entry = (atom, cost.epsilon * cost.epsilon, cost.delta)
-            self._terms[id(atom)] = entry
-        _, e2, delta = entry
+        e2, delta = self._terms.get(atom, lambda: _filter_terms(atom))
         if count == 1:
             return FilterState(state.eps_sq + e2, state.delta + delta)
         return FilterState(state.eps_sq + e2 * count, state.delta + delta * count)
