@@ -513,22 +513,26 @@ class Accountant:
         *,
         label: str | None = None,
         query_id: str | Callable[..., str] | None = None,
+        public_index: Any = None,
+        public_columns: Any = None,
     ) -> Callable[[F], F]:
         """Decorate a query: charge first, run it only if admitted, then add noise.
 
-        See `dpaccount.guard.guard()` for the full contract (sync and async,
-        ``query_id``).
+        Only noised numbers are released; labels come back only when declared with
+        ``public_index=`` (and ``public_columns=``). See `dpaccount.guard.guard()` for
+        the full contract (sync and async, ``query_id``, declared labels).
         """
         from dpaccount.guard import guard
 
-        return guard(self, mechanism, label=label, query_id=query_id)
+        return guard(self, mechanism, label=label, query_id=query_id,
+                     public_index=public_index, public_columns=public_columns)
 
     def run(self, mechanism: Mechanism, query: Callable[..., Any], /, *args: Any,
             **kwargs: Any) -> Any:
         """Charge ``mechanism``, then run ``query(*args, **kwargs)`` and release its result.
 
-        ``query_id=`` and ``label=`` are taken by ``run`` itself (not passed to the
-        query). See `dpaccount.guard.run()`.
+        ``query_id=``, ``label=``, ``public_index=`` and ``public_columns=`` are taken by
+        ``run`` itself (not passed to the query). See `dpaccount.guard.run()`.
         """
         from dpaccount.guard import run
 

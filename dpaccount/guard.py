@@ -13,6 +13,20 @@ crash between the query and a refund would lose the refund's bookkeeping anyway.
 `UnreleasableResultError`, which names the answer's type and
 shape only; the answer is never on the error, its arguments or its context.
 
+**A guard releases only noised numbers; labels come back only when declared public.**
+Labels computed from data are data: a pandas index, a Series' name, a DataFrame's
+columns, a dict's keys, a structured array's fields or a categorical's categories are
+never released with the noised values. The mechanisms return plain values, and the guard
+checks what ``mechanism.release`` returned (`dpaccount.mechanisms.labels.plain_release`):
+a labelled container (a pandas or polars object, a dict, a namedtuple, a structured
+array) is refused with `UnreleasableResultError`, after the charge (no refunds). Labels
+declared up front with ``public_index=`` (a Series' index, a DataFrame's rows) and
+``public_columns=`` (a DataFrame's columns) come back: they are checked before anything
+is charged, the answer is read at them (a declared label the answer lacks reads as 0,
+labels not declared are dropped), and the noised numbers return as a pandas Series or
+DataFrame carrying exactly the declared labels, in order
+(`dpaccount.mechanisms.labels.PublicLabels`).
+
 **Retries.** With ``query_id`` a retried query is refused with
 `DuplicateQueryError` before it runs: it is never charged twice
 and never re-run for fresh noise.
@@ -30,6 +44,17 @@ Examples:
     >>> noisy = count_adults([17, 30, 45])
     >>> acct.spent
     PrivacyCost(epsilon=0.5, delta=0)
+
+    Labels come back only when declared:
+
+    >>> import pandas as pd
+    >>> @acct.guard(LaplaceMechanism(epsilon=0.5, sensitivity=1, dimension=2),
+    ...             public_index=["north", "south"])
+    ... def per_region(rows):
+    ...     return rows.groupby("region")["n"].sum()
+    >>> rows = pd.DataFrame({"region": ["north", "east"], "n": [1, 1]})
+    >>> list(per_region(rows).index)       # "south" read as 0, "east" dropped
+    ['north', 'south']
 """
 
 from __future__ import annotations
@@ -41,6 +66,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from dpaccount.mechanisms.base import Mechanism
+from dpaccount.mechanisms.labels import PublicLabels, plain_release
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from dpaccount.accountant import Accountant
@@ -71,18 +97,27 @@ def _query_id_for(query_id: QueryId, args: tuple[Any, ...], kwargs: dict[str, An
     return query_id(*args, **kwargs)
 
 
+def _release(mechanism: Mechanism, labels: PublicLabels | None, answer: Any) -> Any:
+    """Noise ``answer``: only plain noised values, or the declared labels, come out."""
+    if labels is None:
+        return plain_release(mechanism.release(answer))
+    return labels.attach(mechanism.release(labels.read(answer)))
+
+
 def guard(
     accountant: Accountant,
     mechanism: Mechanism,
     *,
     label: str | None = None,
     query_id: QueryId = None,
+    public_index: Any = None,
+    public_columns: Any = None,
 ) -> Callable[[F], F]:
     """A decorator that charges ``mechanism`` before each call of the decorated query.
 
     Works for plain and ``async`` functions; generator functions are refused. The
     decorated function's answer is passed to ``mechanism.release`` and the noisy value is
-    returned.
+    returned: plain noised numbers only, unless labels are declared public.
 
     Args:
         accountant: The ledger to charge.
@@ -92,12 +127,22 @@ def guard(
             returning one (e.g. ``lambda rows, day: f"adults-{day}"``). A call whose id
             is already in the ledger raises
             `DuplicateQueryError` and does not run.
+        public_index: Labels declared public (a list or tuple): the answer (a pandas
+            Series, or a dict) is read at them, missing ones as 0, others dropped, and
+            the noised values come back as a pandas Series with exactly this index.
+        public_columns: With ``public_index``, a DataFrame's declared columns: the answer
+            (a DataFrame, or a dict of columns) comes back as a DataFrame.
 
     Raises:
         TypeError: ``mechanism`` is not a mechanism, or the query is a generator function.
+        ConfigError: The declared labels are not a sequence of distinct hashable labels,
+            or do not match the mechanism's dimension (checked here, before any charge).
+        UnreleasableResultError: At call time, after the charge: the answer cannot be
+            released, or ``mechanism.release`` returned a labelled container.
     """
     if not isinstance(mechanism, Mechanism):
         raise TypeError(f"guard() needs a mechanism, got {type(mechanism).__name__}")
+    labels = PublicLabels.declare(public_index, public_columns, mechanism)
 
     def decorate(query: F) -> F:
         _refuse_generators(query)
@@ -108,7 +153,7 @@ def guard(
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 qid = _query_id_for(query_id, args, kwargs)
                 await asyncio.to_thread(accountant.charge, mechanism, label=name, query_id=qid)
-                return mechanism.release(await query(*args, **kwargs))
+                return _release(mechanism, labels, await query(*args, **kwargs))
 
             return async_wrapper  # type: ignore[return-value]
 
@@ -117,7 +162,7 @@ def guard(
             accountant.charge(
                 mechanism, label=name, query_id=_query_id_for(query_id, args, kwargs)
             )
-            return mechanism.release(query(*args, **kwargs))
+            return _release(mechanism, labels, query(*args, **kwargs))
 
         return wrapper  # type: ignore[return-value]
 
@@ -126,16 +171,19 @@ def guard(
 
 def run(accountant: Accountant, mechanism: Mechanism, query: Callable[..., Any], /,
         *args: Any, query_id: str | None = None, label: str | None = None,
-        **kwargs: Any) -> Any:
+        public_index: Any = None, public_columns: Any = None, **kwargs: Any) -> Any:
     """Charge ``mechanism``, run ``query(*args, **kwargs)``, release its noisy answer.
 
     For an ``async`` query this returns an awaitable; the charge is made (in a worker
-    thread) when it is awaited, still before the query starts. ``query_id`` and ``label``
-    are taken by ``run`` (not passed on to the query).
+    thread) when it is awaited, still before the query starts. ``query_id``, ``label``,
+    ``public_index`` and ``public_columns`` are taken by ``run`` (not passed on to the
+    query); the last two declare labels public, as for `guard`.
 
     Raises:
         TypeError: The query is a generator function (nothing is charged).
+        ConfigError: The declared labels are invalid (nothing is charged).
         DuplicateQueryError: ``query_id`` is already in the ledger (nothing runs).
+        UnreleasableResultError: After the charge: the answer cannot be released.
 
     Examples:
         >>> from dpaccount import Accountant, LaplaceMechanism
@@ -147,13 +195,14 @@ def run(accountant: Accountant, mechanism: Mechanism, query: Callable[..., Any],
         dpaccount.errors.BudgetExceededError: refused: this charge costs (ε=1, δ=0); ...
     """
     _refuse_generators(query)
+    labels = PublicLabels.declare(public_index, public_columns, mechanism)
     name = label or _label_of(query)
     if inspect.iscoroutinefunction(query):
 
         async def charged() -> Any:
             await asyncio.to_thread(accountant.charge, mechanism, label=name, query_id=query_id)
-            return mechanism.release(await query(*args, **kwargs))
+            return _release(mechanism, labels, await query(*args, **kwargs))
 
         return charged()
     accountant.charge(mechanism, label=name, query_id=query_id)
-    return mechanism.release(query(*args, **kwargs))
+    return _release(mechanism, labels, query(*args, **kwargs))

@@ -468,8 +468,10 @@ def histogram(
     if type(data).__module__.startswith("pandas"):  # pandas in, pandas out
         import pandas as pd
 
+        # The labels are the declared categories or bins, public; the data's own name
+        # (which can come from the data, e.g. a row picked with .loc) is not released.
         labels = cats if edges is None else bin_labels(edges)
-        out = pd.Series(out, index=pd.Index(labels), name=getattr(data, "name", None))
+        out = pd.Series(out, index=pd.Index(labels))
     return AggregateResult(
         value=out,
         interval=(out - w, out + w),

@@ -420,19 +420,6 @@ def to_lattice(
     return k, (None if scalar else arr.shape)
 
 
-def labelled_like(value: Any, result: Any) -> Any:
-    """``result`` with ``value``'s pandas labels: a Series keeps its index and name, a
-    DataFrame its index and columns (pandas in, pandas out; pandas is never imported)."""
-    kind = type(value)
-    if not kind.__module__.startswith("pandas") or not hasattr(value, "index"):
-        return result
-    if kind.__name__ == "Series":
-        return kind(result, index=value.index, name=value.name)
-    if kind.__name__ == "DataFrame":
-        return kind(result, index=value.index, columns=value.columns)
-    return result
-
-
 def _as_float_array(value: Any) -> npt.NDArray[np.float64] | None:
     """``value`` as float64, or None; never raises (so no exception, and no message
     holding the value, becomes the context of the error raised about it)."""

@@ -19,7 +19,7 @@ from scipy import special
 
 from dpaccount._numeric import bisect_geometric, check_delta, check_positive, float_up
 from dpaccount.charges import DiscreteGaussianCharge, DiscreteLaplaceCharge
-from dpaccount.errors import InvalidCostError
+from dpaccount.errors import InvalidCostError, unreleasable
 from dpaccount.mechanisms._sampling import (
     RandomSource,
     resolve_rng,
@@ -155,10 +155,18 @@ class IntegerLaplaceMechanism(Mechanism):
         return 2.0 * q / (1.0 - q) ** 2
 
     def release(self, value: Any) -> Any:
-        """Add noise to an int (returns an int) or to each int of a list (returns a list)."""
-        if isinstance(value, list):
-            return [int(v) + sample_discrete_laplace(self._scale, self._rng) for v in value]
-        return int(value) + sample_discrete_laplace(self._scale, self._rng)
+        """Add noise to an int (returns an int) or to each int of a 1-D sequence (returns
+        a list of ints; a list, tuple, numpy array or Series: its labels are dropped).
+
+        Raises:
+            UnreleasableResultError: Not integers (names the type and shape only).
+        """
+        found = _integers(value)
+        if isinstance(found, int):
+            return found + sample_discrete_laplace(self._scale, self._rng)
+        if found is None:
+            raise unreleasable(value, _INTEGERS)
+        return [v + sample_discrete_laplace(self._scale, self._rng) for v in found]
 
     def halfwidth(self, level: float) -> int:
         """w with P[|noise| <= w] >= level in one coordinate."""
@@ -262,14 +270,65 @@ class IntegerGaussianMechanism(Mechanism):
         return float(self._sigma2)
 
     def release(self, value: Any) -> Any:
-        """Add noise to an int (returns an int) or to each int of a list (returns a list)."""
-        if isinstance(value, list):
-            return [int(v) + sample_discrete_gaussian(self._sigma2, self._rng) for v in value]
-        return int(value) + sample_discrete_gaussian(self._sigma2, self._rng)
+        """Add noise to an int (returns an int) or to each int of a 1-D sequence (returns
+        a list of ints; a list, tuple, numpy array or Series: its labels are dropped).
+
+        Raises:
+            UnreleasableResultError: Not integers (names the type and shape only).
+        """
+        found = _integers(value)
+        if isinstance(found, int):
+            return found + sample_discrete_gaussian(self._sigma2, self._rng)
+        if found is None:
+            raise unreleasable(value, _INTEGERS)
+        return [v + sample_discrete_gaussian(self._sigma2, self._rng) for v in found]
 
     def halfwidth(self, level: float) -> int:
         """w with P[|noise| <= w] >= level in one coordinate."""
         return _gaussian_tail_halfwidth(self._sigma2, level)
+
+
+_INTEGERS = "an integer, or a 1-D sequence of integers"
+
+
+def _integer(value: Any) -> int | None:
+    """One integer (an int, a numpy integer, or an integral float), else None."""
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating) and math.isfinite(value) and value == int(value):
+        return int(value)
+    return None
+
+
+def _integers(value: Any) -> int | list[int] | None:
+    """``value`` as an int or a list of ints, else None; never raises (no exception
+    holding the value may become the context of the refusal)."""
+    one = _integer(value)
+    if one is not None:
+        return one
+    try:
+        if type(value) is list or type(value) is tuple:
+            items = value
+        else:
+            if isinstance(value, str | bytes) or not hasattr(value, "__len__"):
+                return None
+            arr = np.asarray(value)
+            if arr.dtype.kind not in "iufO" or arr.ndim > 1:
+                return None
+            if arr.ndim == 0:
+                return _integer(arr.item())
+            items = arr.tolist()
+        out: list[int] = []
+        for v in items:
+            one = _integer(v)
+            if one is None:
+                return None
+            out.append(one)
+    except Exception:  # a hostile __array__ or __len__ may raise anything, value inside
+        return None
+    return out
 
 
 def _check_int_sensitivity(value: Any) -> int:

@@ -48,7 +48,6 @@ from dpaccount.mechanisms._sampling import (
     RandomSource,
     check_dimension,
     from_lattice,
-    labelled_like,
     power_of_two_at_most,
     resolve_rng,
     sample_discrete_laplace,
@@ -172,12 +171,15 @@ class LaplaceMechanism(Mechanism):
             value: A finite real number, or an array of ``dimension`` of them.
 
         Returns:
-            A float for a scalar input, else a float64 array of the input's shape (a
-            pandas Series or DataFrame keeps its index, name and columns).
+            A float for a scalar input, else a plain float64 numpy array of the input's
+            shape. Only the noised numbers come out: a pandas Series' or DataFrame's
+            index, name and columns, a structured array's fields and any other label
+            are dropped (labels computed from data are data; a guard gives declared
+            labels back, see `dpaccount.mechanisms.labels`).
         """
         k, shape = to_lattice(value, self._granularity, self._dimension)
         noisy = [x + sample_discrete_laplace(self._lattice_scale, self._rng) for x in k]
-        return labelled_like(value, from_lattice(noisy, self._granularity, shape))
+        return from_lattice(noisy, self._granularity, shape)
 
     def noise_tail(self, threshold: Any) -> float:
         """P[|noise| > threshold] in one coordinate (an upper bound, as a float).
