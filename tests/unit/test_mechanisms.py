@@ -325,6 +325,24 @@ def test_exponential_select_and_parameters() -> None:
         ExponentialMechanism(0, 1)
 
 
+def test_integer_noise_takes_integers_only() -> None:
+    # An integral float is its integer; anything else is refused, naming its type only
+    # (int() used to truncate 3.7 to 3 and to quote a refused string in its error).
+    import pandas as pd
+
+    from dpaccount.aggregates import IntegerLaplaceMechanism
+
+    huge = Fraction(10**6)  # epsilon: noise far below 1, so the answer is the value
+    m = IntegerLaplaceMechanism(huge, 1, rng=SEEDED(3))
+    assert m.release(5) == 5 and m.release(np.int64(5)) == 5 and m.release(5.0) == 5
+    assert m.release([1, 2]) == [1, 2] and m.release((1, np.int32(2))) == [1, 2]
+    assert m.release(np.array([1, 2])) == [1, 2]
+    assert m.release(pd.Series([1, 2], index=["x", "y"])) == [1, 2]  # labels dropped
+    for bad in (3.7, True, "5", [1.5], [True], {"a": 1}, np.zeros((2, 2)), None, [[1]]):
+        with pytest.raises(UnreleasableResultError):
+            m.release(bad)
+
+
 def test_pandas_in_plain_numbers_out() -> None:
     # Issue 28, item 1: labels computed from data are data. A Series or DataFrame used to
     # come back with its index, name and columns; now only the noised numbers come back,

@@ -30,6 +30,7 @@ from dpaccount import (
     RandomizedResponseMechanism,
     aggregates,
 )
+from dpaccount.aggregates import IntegerGaussianMechanism, IntegerLaplaceMechanism
 from dpaccount.errors import DPAccountError, UnreleasableResultError
 
 CANARY_NUMBER = 31337.123456
@@ -147,6 +148,21 @@ def test_vector_and_selection_mechanisms(answer: Any, caplog: pytest.LogCaptureF
         _check(lambda: exponential.release(answer), caplog)
     rr = RandomizedResponseMechanism(1, 3)
     _check(lambda: rr.release(answer), caplog)
+
+
+@pytest.mark.parametrize("answer", [*bad_answers(), "31337", [CANARY_TEXT], 31337.5],
+                         ids=lambda a: type(a).__name__)
+@pytest.mark.parametrize("make", [
+    lambda: IntegerLaplaceMechanism(1, 1),
+    lambda: IntegerGaussianMechanism(1, "1e-6", 1),
+], ids=["integer-laplace", "integer-gaussian"])
+def test_integer_mechanisms_name_only_the_type(make: Callable[[], Any], answer: Any,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    # int("CANARY-8c1f") used to raise a ValueError quoting the text (issue 28, item 1)
+    mechanism = make()
+    acct = Accountant(Budget(100, "1e-3"))
+    _check(lambda: mechanism.release(answer), caplog)
+    _check(lambda: acct.run(mechanism, lambda: answer), caplog)
 
 
 @pytest.mark.parametrize("category", [3, -1, 31337, True])
