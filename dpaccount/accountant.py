@@ -45,7 +45,7 @@ from dpaccount.errors import (
     StorageError,
 )
 from dpaccount.mechanisms.base import Mechanism
-from dpaccount.records import LedgerMeta, LedgerRecord
+from dpaccount.records import LedgerMeta, LedgerRecord, check_ledger_name
 from dpaccount.storage._sql import snapshot_settings
 from dpaccount.storage.base import DecidingStore, Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
@@ -170,7 +170,8 @@ class Accountant:
 
     Raises:
         ConfigError: Unknown rule, a store whose ledger was created with another budget,
-            rule or relation.
+            rule or relation; a ``name`` or ``parent`` that is not a valid ledger name
+            (`dpaccount.records.check_ledger_name`).
         InvalidCostError: An invalid budget.
     """
 
@@ -187,6 +188,9 @@ class Accountant:
         dataset_size: int | None = None,
         parent: str | None = None,
     ) -> None:
+        check_ledger_name(name)
+        if parent is not None:
+            check_ledger_name(parent, "parent")
         self._budget = _as_budget(budget)
         self._delta_cap: Fraction | None = None
         if dataset_size is not None:

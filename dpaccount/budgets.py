@@ -50,7 +50,7 @@ from dpaccount.errors import (
 )
 from dpaccount.keys import LedgerKey
 from dpaccount.mechanisms.base import Mechanism
-from dpaccount.records import LedgerRecord
+from dpaccount.records import LedgerRecord, check_ledger_name
 from dpaccount.storage.base import GroupAppend
 from dpaccount.storage.memory import MemoryStore
 
@@ -228,8 +228,12 @@ def sub_budget(parent: Accountant, name: str, budget: Any, *, rule: str = "basic
     which stores the link with the ledger.
 
     Raises:
-        ConfigError: ``parent`` is a durable ledger.
+        ConfigError: ``parent`` is a durable ledger; ``name`` is not a valid ledger name
+            (`dpaccount.records.check_ledger_name`) or is the parent's.
     """
+    check_ledger_name(name)
+    if name == parent._meta.name:
+        raise ConfigError(f"a sub-budget needs a name of its own, not its parent's {name!r}")
     if not isinstance(parent.store, MemoryStore):
         raise ConfigError(
             "a durable ledger's sub-budget is opened with open_ledger(url, name=..., "
@@ -255,6 +259,11 @@ class BlockLedgers:
         relation: The neighbouring relation of every charge.
         key: A keyed ledger's key (default: from the environment).
 
+    Raises:
+        ConfigError: ``stream`` is not a valid ledger name (`dpaccount.records.check_ledger_name`);
+            a block's name is not a ``str`` without ``/`` that makes a valid ledger name
+            with the stream's (checked before its ledger is opened).
+
     Examples:
         >>> from dpaccount import PrivacyCost
         >>> blocks = BlockLedgers("memory://", "events", budget_per_block=1)
@@ -268,8 +277,7 @@ class BlockLedgers:
     def __init__(self, url: str, stream: str, *, budget_per_block: Any, rule: str = "basic",
                  relation: Relation | str = Relation.ADD_REMOVE,
                  key: LedgerKey | None = None) -> None:
-        if not isinstance(stream, str) or not stream:
-            raise ConfigError("a block stream needs a non-empty name")
+        check_ledger_name(stream, "stream")
         self.url, self.stream, self.key = url, stream, key
         self.budget = budget_per_block if isinstance(budget_per_block, Budget) else \
             Budget(budget_per_block)
@@ -279,11 +287,15 @@ class BlockLedgers:
     def ledger(self, block: str) -> Accountant:
         """The accountant of ``block`` (its ledger is created, with a fresh budget, the
         first time the block is charged or asked about)."""
+        if type(block) is not str:  # (before it is looked up: a list is not hashable)
+            raise ConfigError(f"a block is named by a str, not {type(block).__name__}")
         if block not in self._open:
             from dpaccount.ledgers import open_ledger
 
-            if not isinstance(block, str) or not block:
-                raise ConfigError(f"a block is named by a non-empty string, not {block!r}")
+            if "/" in block:
+                raise ConfigError("a block's name cannot hold '/' (it separates the stream "
+                                  "from the block in the ledger's name)")
+            check_ledger_name(f"{self.stream}/{block}", "block name")
             acct = open_ledger(self.url, name=f"{self.stream}/{block}", budget=self.budget,
                                rule=self.rule, relation=self.relation, key=self.key)
             if acct.rule.adaptivity is not Adaptivity.FULLY_ADAPTIVE:

@@ -8,6 +8,11 @@ a valid (epsilon, delta) guarantee through `cost_of()`.
 Multiplicity is applied in one place, `atoms()`: ``Repeated(c, k)`` is *exactly* k
 charges of ``c`` under every rule.
 
+A charge tree is nested at most `MAX_NESTING` levels deep (a plain charge is one level;
+each `Subsampled`, `Parallel` or `Repeated` adds one) and holds at most `MAX_PARTS`
+charges (a part shared by several parents counted each time): a larger one is refused
+with `InvalidCostError` when it is built, so every walk over a tree is bounded.
+
 Examples:
     >>> c = Repeated(PrivacyCost("0.1"), 3)
     >>> list(atoms(c))
@@ -19,7 +24,7 @@ Examples:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any, TypeAlias
 
@@ -39,6 +44,8 @@ from dpaccount.costs import PrivacyCost, _trusted, format_number
 from dpaccount.errors import InvalidCostError, UnsupportedChargeError
 
 __all__ = [
+    "MAX_NESTING",
+    "MAX_PARTS",
     "Atom",
     "BoundedRangeCharge",
     "Charge",
@@ -53,6 +60,7 @@ __all__ = [
     "Scheme",
     "Subsampled",
     "atoms",
+    "check_nesting",
     "check_relations",
     "cost_of",
     "describe",
@@ -117,6 +125,44 @@ def _partitions(value: Iterable[Charge]) -> tuple[Charge, ...]:
 
 def _count(value: Any) -> int:
     return check_count(value, "count")
+
+
+#: The deepest a charge tree may be nested: a plain charge is one level, and each
+#: `Subsampled`, `Parallel` or `Repeated` around it adds one. Real charges use a few (a
+#: DP-SGD run is ``Repeated(Subsampled(GaussianCharge))``, 3; a group-by of privacy units
+#: at most 4). The limit bounds every walk over a tree (costing, checking, describing,
+#: storing: each takes a few Python frames per level, far below the interpreter's
+#: recursion limit) and keeps a stored record (one JSON object per level) well inside
+#: what the record decoder reads back (pydantic-core's JSON parser stops at 200 levels).
+MAX_NESTING = 64
+#: The most charges a tree may hold, counting a part each time it occurs: a part shared
+#: by several parents (``Parallel([c, c])``) is walked, costed and stored once per
+#: occurrence, so a tree of shared parts can double at each level. 2**20 leaves room for
+#: a group-by over hundreds of thousands of declared keys (one part each) and keeps every
+#: walk and every stored record bounded (about a second, and tens of megabytes).
+MAX_PARTS = 2**20
+
+
+def _nesting(self: Any, parts: Sequence[Any]) -> None:
+    """Set ``self``'s depth (1 + its deepest part's) and size (1 + its parts' sizes);
+    refuse a tree deeper than `MAX_NESTING` or larger than `MAX_PARTS` (the parts are
+    already checked to be charges)."""
+    nested = [p for p in parts if type(p) in _NESTED_TYPES]  # (a leaf: one level, one part)
+    depth = 1 + max((p._depth for p in nested), default=1)
+    if depth > MAX_NESTING:
+        raise InvalidCostError(
+            "charge", f"<{type(self).__name__} nested {depth} levels deep>",
+            f"a charge tree may be nested at most {MAX_NESTING} levels deep",
+        )
+    size = 1 + len(parts) - len(nested) + sum(p._size for p in nested)
+    if size > MAX_PARTS:
+        raise InvalidCostError(
+            "charge", f"<{type(self).__name__} of {size} parts>",
+            f"a charge tree may hold at most {MAX_PARTS} charges (a part shared by "
+            "several parents counts each time)",
+        )
+    object.__setattr__(self, "_depth", depth)
+    object.__setattr__(self, "_size", size)
 
 
 #: The relation each sampling scheme's amplification theorem is proven for
@@ -396,10 +442,17 @@ class Subsampled:
     charge: Charge = attrs.field()
     rate: Fraction = attrs.field(converter=check_rate)
     scheme: Scheme = attrs.field(converter=Scheme)
+    #: How deep the tree is and how many charges it holds (set when it is built; see
+    #: `MAX_NESTING` and `MAX_PARTS`).
+    _depth: int = attrs.field(init=False, eq=False, repr=False, hash=False)
+    _size: int = attrs.field(init=False, eq=False, repr=False, hash=False)
 
     @charge.validator
     def _check_inner(self, _attribute: Any, value: Any) -> None:
         _check_charge(value)
+
+    def __attrs_post_init__(self) -> None:
+        _nesting(self, (self.charge,))
 
     @property
     def relation(self) -> Relation:
@@ -433,6 +486,10 @@ class Parallel:
 
     partitions: tuple[Charge, ...] = attrs.field(converter=_partitions)
     relation: Relation = attrs.field(default=Relation.ADD_REMOVE, converter=Relation)
+    #: How deep the tree is and how many charges it holds (set when it is built; see
+    #: `MAX_NESTING` and `MAX_PARTS`).
+    _depth: int = attrs.field(init=False, eq=False, repr=False, hash=False)
+    _size: int = attrs.field(init=False, eq=False, repr=False, hash=False)
 
     @partitions.validator
     def _check_partitions(self, _attribute: Any, value: tuple[Any, ...]) -> None:
@@ -441,10 +498,19 @@ class Parallel:
         for part in value:
             _check_charge(part)
 
+    def __attrs_post_init__(self) -> None:
+        _nesting(self, self.partitions)
+
     @property
     def cost(self) -> PrivacyCost:
         """The (epsilon, delta) guarantee of the whole parallel query."""
-        costs = [cost_of(p) for p in self.partitions]
+        known: dict[int, PrivacyCost] = {}  # a part that occurs again is costed once
+        costs = []
+        for part in self.partitions:
+            cost = known.get(id(part))
+            if cost is None:
+                cost = known[id(part)] = cost_of(part)
+            costs.append(cost)
         epsilons = sorted((c.epsilon for c in costs), reverse=True)
         deltas = sorted((c.delta for c in costs), reverse=True)
         take = 1 if self.relation is Relation.ADD_REMOVE else 2
@@ -467,10 +533,17 @@ class Repeated:
 
     charge: Charge = attrs.field()
     count: int = attrs.field(converter=_count)
+    #: How deep the tree is and how many charges it holds (set when it is built; see
+    #: `MAX_NESTING` and `MAX_PARTS`).
+    _depth: int = attrs.field(init=False, eq=False, repr=False, hash=False)
+    _size: int = attrs.field(init=False, eq=False, repr=False, hash=False)
 
     @charge.validator
     def _check_inner(self, _attribute: Any, value: Any) -> None:
         _check_charge(value)
+
+    def __attrs_post_init__(self) -> None:
+        _nesting(self, (self.charge,))
 
     @property
     def cost(self) -> PrivacyCost:
@@ -507,8 +580,10 @@ _CHARGE_TYPES = (
 )
 
 
-#: Charges with no nested charge (they state no neighbouring relation of their own).
-_LEAF_TYPES = frozenset(t for t in _CHARGE_TYPES if t not in (Subsampled, Parallel, Repeated))
+#: Charges that hold other charges, and those that hold none (the latter state no
+#: neighbouring relation of their own).
+_NESTED_TYPES = frozenset((Subsampled, Parallel, Repeated))
+_LEAF_TYPES = frozenset(t for t in _CHARGE_TYPES if t not in _NESTED_TYPES)
 
 
 def _check_charge(value: Any) -> None:
@@ -524,12 +599,63 @@ def atoms(charge: Charge) -> Iterator[tuple[Atom, int]]:
     """Flatten nested `Repeated` charges into ``(atom, multiplicity)`` pairs.
 
     This is the one place multiplicity is applied.
+
+    Raises:
+        InvalidCostError: More than `MAX_NESTING` `Repeated` levels (only a tree forged
+            past its constructors, such as one that holds itself, can have them).
     """
-    count = 1
+    count, levels = 1, 0
     while isinstance(charge, Repeated):
+        levels += 1
+        if levels >= MAX_NESTING:
+            raise _too_deep(levels + 1)
         count *= charge.count
         charge = charge.charge
     yield charge, count
+
+
+def _too_deep(level: int) -> InvalidCostError:
+    return InvalidCostError(
+        "charge", f"<a tree nested at least {level} levels deep>",
+        f"a charge tree may be nested at most {MAX_NESTING} levels deep (this one was "
+        "changed after it was built, or holds itself)",
+    )
+
+
+def check_nesting(charge: Charge) -> None:
+    """Refuse a tree deeper than `MAX_NESTING`, walking it without recursion.
+
+    Trees built by the constructors never are; this catches one forged past them (a
+    level set with ``object.__setattr__``, a tree that holds itself) before a recursive
+    walk (costing, storing) meets it. Each shared subtree is walked once per level it
+    occurs at, so a tree that shares its parts is walked in time linear in its distinct
+    parts (times at most `MAX_NESTING`).
+
+    Raises:
+        InvalidCostError: The tree is nested deeper than `MAX_NESTING` levels.
+    """
+    if type(charge) not in _NESTED_TYPES:
+        return
+    stack: list[tuple[Any, int]] = [(charge, 1)]
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        node, level = stack.pop()
+        if level > MAX_NESTING:
+            raise _too_deep(level)
+        if (id(node), level) in seen:
+            continue
+        seen.add((id(node), level))
+        stack.extend((part, level + 1) for part in _parts(node))
+
+
+def _parts(node: Any) -> tuple[Any, ...]:
+    """The charges directly inside ``node`` (none for a leaf)."""
+    kind = type(node)
+    if kind is Parallel:
+        return node.partitions  # type: ignore[no-any-return]
+    if kind is Subsampled or kind is Repeated:
+        return (node.charge,)
+    return ()
 
 
 def cost_of(charge: Charge) -> PrivacyCost:
@@ -590,6 +716,8 @@ def check_relations(charge: Charge, relation: Relation | str) -> None:
     Raises:
         UnsupportedChargeError: Naming the first level (1 = the charge itself) whose
             theorem does not cover what its parent needs.
+        InvalidCostError: The tree is nested deeper than `MAX_NESTING` levels (only
+            one changed past its constructors can be; it is walked without recursion).
 
     Examples:
         >>> inner = Subsampled(PrivacyCost(0), "0.5", "without_replacement")
@@ -608,32 +736,45 @@ def check_relations(charge: Charge, relation: Relation | str) -> None:
         and SCHEME_RELATION[charge.scheme] is rel
     ):
         return  # the common DP-SGD step: one level, its theorem's relation
-    _check_level(charge, frozenset({rel}), 1, "the ledger")
+    _check_levels(charge, frozenset({rel}))
 
 
-def _check_level(charge: Charge, needed: frozenset[Relation], level: int, parent: str) -> None:
-    own: Relation | None = None
-    below = needed
-    if isinstance(charge, Subsampled):
-        own = charge.relation
-        below = frozenset({own})
-    elif isinstance(charge, Parallel):
-        own = charge.relation
-        below = frozenset(Relation) if own is Relation.SUBSTITUTION else frozenset({own})
-    if own is not None and needed != {own}:
-        raise UnsupportedChargeError(
-            f"level {level} of this charge, {_level_name(charge)}, is proven for "
-            f"{own.value} neighbours only, but {parent} needs a guarantee for "
-            f"{_relations_text(needed)}. Build the charge so that every level's theorem "
-            "covers the relation above it (Poisson subsampling and add/remove parallel "
-            "parts under add/remove; sampling without replacement under substitution)."
-        )
-    name = _level_name(charge)
-    if isinstance(charge, (Subsampled, Repeated)):
-        _check_level(charge.charge, below, level + 1, f"level {level} ({name})")
-    elif isinstance(charge, Parallel):
-        for part in charge.partitions:
-            _check_level(part, below, level + 1, f"level {level} ({name})")
+def _check_levels(charge: Charge, needed: frozenset[Relation]) -> None:
+    """Every level against what the level above needs, depth first and without
+    recursion; a level (a shared part) met again at the same depth and need is not
+    walked again, and a tree deeper than `MAX_NESTING` (forged past the constructors) is
+    refused."""
+    stack: list[tuple[Any, frozenset[Relation], int, str]] = [(charge, needed, 1, "the ledger")]
+    seen: set[tuple[int, frozenset[Relation], int]] = set()
+    while stack:
+        node, needed, level, parent = stack.pop()
+        if level > MAX_NESTING:
+            raise _too_deep(level)
+        key = (id(node), needed, level)
+        if key in seen:
+            continue
+        seen.add(key)
+        own: Relation | None = None
+        below = needed
+        if isinstance(node, Subsampled):
+            own = node.relation
+            below = frozenset({own})
+        elif isinstance(node, Parallel):
+            own = node.relation
+            below = frozenset(Relation) if own is Relation.SUBSTITUTION else frozenset({own})
+        if own is not None and needed != {own}:
+            raise UnsupportedChargeError(
+                f"level {level} of this charge, {_level_name(node)}, is proven for "
+                f"{own.value} neighbours only, but {parent} needs a guarantee for "
+                f"{_relations_text(needed)}. Build the charge so that every level's "
+                "theorem covers the relation above it (Poisson subsampling and add/remove "
+                "parallel parts under add/remove; sampling without replacement under "
+                "substitution)."
+            )
+        parts = _parts(node)
+        if parts:  # reversed: the first part is checked first, as a recursive walk would
+            here = f"level {level} ({_level_name(node)})"
+            stack.extend((part, below, level + 1, here) for part in reversed(parts))
 
 
 def describe(charge: Charge) -> str:

@@ -45,7 +45,13 @@ from dpaccount.charges import Relation
 from dpaccount.composition import Rule, rule_from_description
 from dpaccount.errors import ConfigError, LedgerCorruptError, StorageError
 from dpaccount.keys import LedgerKey
-from dpaccount.records import GENESIS_HASH, LedgerMeta, LedgerRecord, chain_hash
+from dpaccount.records import (
+    GENESIS_HASH,
+    LedgerMeta,
+    LedgerRecord,
+    chain_hash,
+    check_ledger_name,
+)
 from dpaccount.storage.base import Store
 from dpaccount.storage.memory import MemoryStore
 
@@ -141,10 +147,12 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
     ``"recent"`` (opening checks the ledger from its latest snapshot on) or ``"full"``.
 
     Raises:
-        ConfigError: An unknown scheme or option.
+        ConfigError: An unknown scheme or option; ``name`` is not a valid ledger name
+            (`dpaccount.records.check_ledger_name`: nothing is opened or created).
         StorageError: The database cannot be opened.
         ImportError: ``postgresql://`` without psycopg (``pip install "dpaccount[postgres]"``).
     """
+    check_ledger_name(name)
     if not isinstance(url, str):
         raise ConfigError(f"a ledger URL must be a string, not {type(url).__name__}")
     parts = urlsplit(url)
@@ -269,13 +277,18 @@ def open_ledger(
         An `Accountant` whose store is the opened ledger.
 
     Raises:
-        ConfigError: Unknown scheme; stored settings differ and ``migrate`` is False;
+        ConfigError: Unknown scheme; ``name`` or ``parent`` is not a valid ledger name
+            (`dpaccount.records.check_ledger_name`; nothing is created); stored settings
+            differ and ``migrate`` is False;
             no ``budget`` for a ledger that does not exist; a stored rule that cannot
             be rebuilt.
         LedgerCorruptError: The stored ledger fails verification.
         StorageError: The database cannot be used (or, without ``create``, the ledger
             or its file does not exist).
     """
+    check_ledger_name(name)
+    if parent is not None:
+        check_ledger_name(parent, "parent")
     adopt = budget is None
     if create is None:
         create = not adopt and not read_only
@@ -480,7 +493,7 @@ def check_checkpoint_file(store: Store, records: Sequence[LedgerRecord],
     try:
         with open(path, encoding="utf-8") as stream:
             point = json.load(stream)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # (a file nested too deep)
         raise ConfigError(f"cannot read the checkpoint file {os.fspath(path)!r}: {exc}") from None
     if not isinstance(point, dict):
         raise ConfigError("the checkpoint file is not a dpaccount head checkpoint")

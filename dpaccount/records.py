@@ -10,6 +10,7 @@ are stored as ``"numerator/denominator"`` strings.
 from __future__ import annotations
 
 import json
+import unicodedata
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Annotated, Any, Final, Literal
@@ -18,6 +19,7 @@ import attrs
 import pydantic
 
 from dpaccount.charges import (
+    MAX_NESTING,
     BoundedRangeCharge,
     Charge,
     DiscreteGaussianCharge,
@@ -30,12 +32,14 @@ from dpaccount.charges import (
     Repeated,
     Scheme,
     Subsampled,
+    check_nesting,
 )
 from dpaccount.costs import Budget, PrivacyCost
-from dpaccount.errors import InvalidCostError, LedgerCorruptError
+from dpaccount.errors import ConfigError, InvalidCostError, LedgerCorruptError
 from dpaccount.keys import LedgerKey, link
 
 __all__ = [
+    "MAX_NAME_LENGTH",
     "SCHEMA_VERSION",
     "LedgerMeta",
     "LedgerRecord",
@@ -43,10 +47,12 @@ __all__ = [
     "canonical_bytes",
     "chain_hash",
     "chain_hash_payload",
+    "check_ledger_name",
     "decode_charge",
     "decode_record",
     "encode_charge",
     "encode_record",
+    "stored_name",
 ]
 
 #: The version of the serialised record and metadata format.
@@ -54,6 +60,88 @@ SCHEMA_VERSION: Final = 1
 
 #: The hash that precedes the first record of every ledger.
 GENESIS_HASH = "0" * 64
+
+#: The longest ledger name (characters), shares and blocks included.
+MAX_NAME_LENGTH = 200
+
+
+def check_ledger_name(name: Any, field: str = "name") -> str:
+    """Refuse a ledger name that could not be stored, read back, told apart or shown.
+
+    A name is a ``str`` of 1 to `MAX_NAME_LENGTH` characters, in Unicode NFC form, whose
+    characters are all printable (`str.isprintable`: no control, format, surrogate or
+    separator characters; the ASCII space is allowed). ``/`` separates the parts of a
+    share's or a block's name (``census/team-a``, ``events/2026-11-24``): every part is
+    non-empty, does not start or end with a space, and is not only dots (``.``,
+    ``..``). The same rule holds on every backend and for every way a name comes in;
+    it is checked before anything is opened or created.
+
+    Args:
+        name: The name to check.
+        field: What the name is called in the message (``"name"``, ``"parent"``, ...).
+
+    Returns:
+        The name, unchanged.
+
+    Raises:
+        ConfigError: Saying what is wrong (the name is shown escaped and shortened).
+
+    Examples:
+        >>> check_ledger_name("census/team-a")
+        'census/team-a'
+        >>> check_ledger_name("census/../other")
+        Traceback (most recent call last):
+        ...
+        dpaccount.errors.ConfigError: invalid ledger name 'census/../other': ...
+    """
+    if type(name) is not str:
+        raise ConfigError(f"a ledger {field} must be a str, not {type(name).__name__}")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigError(
+            f"invalid ledger {field} of {len(name)} characters: at most {MAX_NAME_LENGTH}"
+        )
+    reason = _name_defect(name)
+    if reason is not None:
+        shown = ascii(name)
+        shown = shown if len(shown) <= 80 else f"{shown[:60]}...'"
+        raise ConfigError(
+            f"invalid ledger {field} {shown}: {reason}. A ledger name is 1 to "
+            f"{MAX_NAME_LENGTH} printable characters (NFC), parts separated by '/', each "
+            "part non-empty, without leading or trailing spaces, and not only dots"
+        )
+    return name
+
+
+def _name_defect(name: str) -> str | None:
+    if not name:
+        return "it is empty"
+    if not name.isprintable():
+        return ("it holds characters that are not printable (control, format, separator "
+                "or lone surrogate characters)")
+    if not unicodedata.is_normalized("NFC", name):
+        return "it is not in Unicode NFC form (the same text could name two ledgers)"
+    for part in name.split("/"):
+        if not part:
+            return "it has an empty part (a leading, trailing or doubled '/')"
+        if part != part.strip(" "):
+            return "a part starts or ends with a space"
+        if not part.strip("."):
+            return "a part is only dots"
+    return None
+
+
+def stored_name(name: Any) -> str:
+    """A ledger name read back from a store, checked as `check_ledger_name` does.
+
+    Raises:
+        LedgerCorruptError: The stored name breaks the rule (someone wrote it around
+            dpaccount).
+    """
+    try:
+        return check_ledger_name(name)
+    except ConfigError as exc:
+        error = exc
+    raise LedgerCorruptError(f"a stored ledger name is invalid: {error}")
 
 
 @attrs.frozen
@@ -239,6 +327,13 @@ class LedgerMeta(_Strict):
     key_id: str | None = pydantic.Field(default=None, pattern="^[0-9a-f]{16}$")
     parent: str | None = pydantic.Field(default=None, min_length=1)
 
+    @pydantic.field_validator("name", "parent")
+    @classmethod
+    def _check_name(cls, value: str | None, info: pydantic.ValidationInfo) -> str | None:
+        # a stored name that breaks the rule fails validation (`LedgerCorruptError` where
+        # it is read back); `build` checks first, with a typed `ConfigError`
+        return value if value is None else check_ledger_name(value, str(info.field_name))
+
     @pydantic.model_serializer(mode="wrap")
     def _omit_absent_options(self, handler: pydantic.SerializerFunctionWrapHandler) -> Any:
         # Metadata without a key or a parent serialises exactly as before they existed.
@@ -266,7 +361,14 @@ class LedgerMeta(_Strict):
         dataset_size: int | None = None,
         parent: str | None = None,
     ) -> LedgerMeta:
-        """Describe a ledger from its values."""
+        """Describe a ledger from its values.
+
+        Raises:
+            ConfigError: ``name`` or ``parent`` is not a valid ledger name.
+        """
+        check_ledger_name(name)
+        if parent is not None:
+            check_ledger_name(parent, "parent")
         return cls(
             name=name,
             budget_epsilon=None if budget.epsilon is None else _frac(budget.epsilon),
@@ -279,7 +381,17 @@ class LedgerMeta(_Strict):
 
 
 def encode_charge(charge: Charge) -> ChargeModel:
-    """The serialised form of a charge."""
+    """The serialised form of a charge.
+
+    Raises:
+        InvalidCostError: Not a charge, or (changed past its constructors) nested deeper
+            than `dpaccount.charges.MAX_NESTING` levels.
+    """
+    check_nesting(charge)
+    return _encode(charge)
+
+
+def _encode(charge: Charge) -> ChargeModel:
     if isinstance(charge, PrivacyCost):
         return CostModel(epsilon=_frac(charge.epsilon), delta=_frac(charge.delta))
     if isinstance(charge, LaplaceCharge):
@@ -312,19 +424,24 @@ def encode_charge(charge: Charge) -> ChargeModel:
         return BoundedRangeModel(epsilon=_frac(charge.epsilon))
     if isinstance(charge, Subsampled):
         return SubsampledModel(
-            charge=encode_charge(charge.charge), rate=_frac(charge.rate), scheme=charge.scheme
+            charge=_encode(charge.charge), rate=_frac(charge.rate), scheme=charge.scheme
         )
     if isinstance(charge, Parallel):
         return ParallelModel(
-            partitions=[encode_charge(p) for p in charge.partitions], relation=charge.relation
+            partitions=[_encode(p) for p in charge.partitions], relation=charge.relation
         )
     if isinstance(charge, Repeated):
-        return RepeatedModel(charge=encode_charge(charge.charge), count=charge.count)
+        return RepeatedModel(charge=_encode(charge.charge), count=charge.count)
     raise InvalidCostError("charge", charge, "this kind of charge cannot be stored")
 
 
 def decode_charge(model: ChargeModel) -> Charge:
-    """Rebuild a charge from its serialised form (validating it again)."""
+    """Rebuild a charge from its serialised form (validating it again).
+
+    Raises:
+        InvalidCostError: An invalid value, or a tree nested deeper than
+            `dpaccount.charges.MAX_NESTING` levels (refused as it is rebuilt).
+    """
     if isinstance(model, CostModel):
         return PrivacyCost(_unfrac(model.epsilon), _unfrac(model.delta))
     if isinstance(model, LaplaceModel):
@@ -377,11 +494,15 @@ _DECODED: dict[tuple[Any, ...], tuple[Charge, PrivacyCost]] = {}
 _DECODED_MAX = 4096
 
 
-def _fingerprint(model: pydantic.BaseModel) -> tuple[Any, ...]:
+def _fingerprint(model: pydantic.BaseModel, level: int = 1) -> tuple[Any, ...]:
     """A hashable value equal for two validated models exactly when they are equal: the
     model's class and its field values, nested models and lists of them taken apart the
     same way. (The models themselves are not hashable when they hold a list, and their
-    ``__eq__`` is slower than this.)
+    ``__eq__`` is slower than this.) ``level`` is the model's depth in its charge tree.
+
+    Raises:
+        LedgerCorruptError: The tree is nested deeper than `MAX_NESTING` levels (no
+            dpaccount writer stores one), before the walk goes deeper than that.
 
     Examples:
         >>> _fingerprint(CostModel(epsilon="1/2", delta="0/1"))
@@ -389,9 +510,15 @@ def _fingerprint(model: pydantic.BaseModel) -> tuple[Any, ...]:
     """
     if not isinstance(model, SubsampledModel | ParallelModel | RepeatedModel):
         return (type(model), *model.__dict__.values())  # every field a str, int or enum
+    if level >= MAX_NESTING:  # its parts would be deeper than the limit
+        raise LedgerCorruptError(
+            f"a stored charge is nested deeper than {MAX_NESTING} levels; no dpaccount "
+            "writer stores one"
+        )
+    below = level + 1
     return (type(model), *(
-        _fingerprint(value) if isinstance(value, pydantic.BaseModel)
-        else tuple(map(_fingerprint, value)) if isinstance(value, list)
+        _fingerprint(value, below) if isinstance(value, pydantic.BaseModel)
+        else tuple([_fingerprint(v, below) for v in value]) if isinstance(value, list)
         else value
         for value in model.__dict__.values()
     ))

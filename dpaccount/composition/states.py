@@ -103,5 +103,6 @@ def decode_state(text: str) -> Any:
         if set(data) != names:
             raise ValueError(f"fields {sorted(data)} are not {sorted(names)}")
         return cls(**{name: _decode(value) for name, value in data.items()})
-    except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError, ZeroDivisionError,
+            RecursionError) as exc:  # (json refuses text nested too deep this way)
         raise LedgerCorruptError(f"a stored rule state cannot be read: {exc}") from None

@@ -21,6 +21,8 @@ from dpaccount.records import (
     SCHEMA_VERSION,
     LedgerMeta,
     LedgerRecord,
+    check_ledger_name,
+    stored_name,
 )
 from dpaccount.storage._chain import (
     VERIFY_CHUNK,
@@ -112,8 +114,7 @@ class PostgresStore(PostgresAppends):
             )
         if commit not in ("group", "sync"):
             raise ConfigError(f"unknown commit mode {commit!r}; use 'group' or 'sync'")
-        if not isinstance(name, str) or not name:
-            raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
+        check_ledger_name(name)  # before anything is opened or created (ConfigError)
         self.name = name
         self.schema = schema
         self.locking: Locking = locking
@@ -357,7 +358,8 @@ class PostgresStore(PostgresAppends):
         """The names of every ledger in the schema."""
         return self._read(
             lambda cur: [
-                r[0] for r in cur.execute(f"SELECT name FROM {self._s}.ledgers ORDER BY name")
+                stored_name(r[0])
+                for r in cur.execute(f"SELECT name FROM {self._s}.ledgers ORDER BY name")
             ]
         )
 

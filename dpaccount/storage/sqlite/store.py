@@ -20,6 +20,8 @@ from dpaccount.records import (
     SCHEMA_VERSION,
     LedgerMeta,
     LedgerRecord,
+    check_ledger_name,
+    stored_name,
 )
 from dpaccount.storage._chain import (
     VERIFY_CHUNK,
@@ -105,8 +107,7 @@ class SQLiteStore(SQLiteAppends):
         self.commit = commit
         self._gate = None
         self._wal_fd = None
-        if not isinstance(name, str) or not name:
-            raise StorageError(f"a ledger name must be a non-empty string, not {name!r}")
+        check_ledger_name(name)  # before anything is opened or created (ConfigError)
         self.read_only = bool(read_only)
         self.full_verify = bool(full_verify)
         #: The snapshot opening verified from (the accountant reopens from its state).
@@ -277,7 +278,8 @@ class SQLiteStore(SQLiteAppends):
     def names(self) -> list[str]:
         """The names of every ledger in the database file."""
         return self._read(
-            lambda cur: [str(r[0]) for r in cur.execute("SELECT name FROM ledgers ORDER BY name")]
+            lambda cur: [stored_name(r[0])
+                         for r in cur.execute("SELECT name FROM ledgers ORDER BY name")]
         )
 
     def verify(self, collect: list[LedgerRecord] | None = None) -> LedgerTip:
