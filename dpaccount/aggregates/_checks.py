@@ -7,6 +7,7 @@ data's values, so it can run before the charge; every error names a type, never 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,93 @@ def check_container(data: Any) -> None:
             "is a lazy frame (a plan of work, not data). For a Dask or Spark DataFrame, "
             "aggregates.groupby(frame, None) (or by a key column) computes the statistic "
             "where the data lives; otherwise materialise the column first (.collect())",
+        )
+
+
+#: The first word of the names of dtypes whose values are containers (lists, arrays,
+#: structs, maps), which are not keys: pandas' Arrow dtypes (``list<item: int64>[pyarrow]``),
+#: polars (``List(Int64)``, ``Struct(...)``, ``Array(...)``) and Spark (``array<int>``).
+_NESTED_DTYPES = frozenset(
+    ("list", "large_list", "fixed_size_list", "list_view", "large_list_view", "struct",
+     "map", "array")
+)
+
+
+def dtype_word(dtype: Any) -> str:
+    """The first word of a dtype's name, lower case (``"list"`` for ``List(Int64)``)."""
+    return re.split(r"[<(\[ ]", str(dtype), maxsplit=1)[0].lower()
+
+
+def unkeyable_dtype(dtype: Any) -> bool:
+    """Whether a column of this dtype can never hold keys (hashable values), by the
+    dtype alone: nested values (lists, structs, maps), or a polars ``Object`` column.
+    A pandas ``object`` column may hold anything; it is read value by value."""
+    word = dtype_word(dtype)
+    if word in _NESTED_DTYPES:
+        return True
+    return word == "object" and type(dtype).__module__.startswith("polars")
+
+
+def _real_dtype(dtype: Any) -> bool | None:
+    """Whether a numpy, pandas or polars dtype holds real numbers (booleans included):
+    True, False, or None for an object dtype (read value by value after the charge)."""
+    module = type(dtype).__module__.split(".")[0]
+    if module == "polars":
+        return bool(dtype.is_numeric()) or dtype_word(dtype) in ("boolean", "null")
+    if module == "pandas":
+        import pandas as pd  # the data is a pandas object: pandas is loaded
+
+        api = pd.api.types
+        if api.is_bool_dtype(dtype):
+            return True
+        if api.is_numeric_dtype(dtype):
+            return not api.is_complex_dtype(dtype)
+        return None if api.is_object_dtype(dtype) else False
+    kind = getattr(dtype, "kind", None)
+    if not isinstance(kind, str):
+        return None
+    return None if kind == "O" else kind in "biuf"
+
+
+#: The libraries whose containers' dtypes and shapes are looked at before the charge.
+_SCHEMA_MODULES = ("numpy", "pandas", "polars")
+
+
+def check_column(data: Any, field: str = "data", *, numeric: bool = False,
+                 keys: bool = False) -> None:
+    """Refuse, before the charge, a column whose *schema* shows it cannot be read.
+
+    Only a numpy, pandas or polars container's shape and dtype are looked at (never a
+    value, nor the number of rows): more than one dimension (a DataFrame where one
+    column is due, such as a frame's column that is duplicated); with ``numeric``, a
+    dtype that holds no real numbers (text, categories, dates, complex or nested
+    values); with ``keys``, a dtype whose values cannot be keys (`unkeyable_dtype`). An
+    ``object`` dtype is read value by value after the charge (its error then comes after
+    the charge, which is kept). `InvalidCostError` names the container's type and
+    dtype.
+    """
+    if type(data).__module__.split(".")[0] not in _SCHEMA_MODULES:
+        return
+    kind = type(data).__name__
+    shape = getattr(data, "shape", None)
+    if isinstance(shape, tuple) and len(shape) != 1:
+        raise InvalidCostError(
+            field, kind,
+            f"must be one column (one-dimensional), not {len(shape)}-dimensional (a "
+            "DataFrame's column whose name is duplicated is a DataFrame: rename it)",
+        )
+    dtype = getattr(data, "dtype", None)
+    if dtype is None:
+        return
+    if numeric and _real_dtype(dtype) is False:
+        raise InvalidCostError(
+            field, f"{kind} of dtype {dtype}",
+            "must hold real numbers: cast the column to a numeric dtype first",
+        )
+    if keys and unkeyable_dtype(dtype):
+        raise InvalidCostError(
+            field, f"{kind} of dtype {dtype}", "must hold keys (hashable values), not "
+            "lists, arrays, structs or objects",
         )
 
 

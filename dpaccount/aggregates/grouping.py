@@ -73,6 +73,7 @@ from dpaccount.aggregates._checks import (
     choose_mechanism,
     noise_for,
     run_as_preview,
+    unkeyable_dtype,
 )
 from dpaccount.aggregates.engines import (
     BoundingKey,
@@ -200,13 +201,56 @@ def _check_frame(data: Any) -> None:
         raise InvalidCostError(
             "data", kind, "must be a pandas, polars, Dask or Spark DataFrame"
         )
+    if getattr(data.columns, "nlevels", 1) != 1:
+        raise ConfigError(
+            f"the {kind}'s columns have {data.columns.nlevels} levels (a MultiIndex); "
+            "groupby reads columns named by one string: flatten them first (for example "
+            "frame.columns = ['_'.join(map(str, c)) for c in frame.columns])"
+        )
+
+
+def _shown(name: str) -> str:
+    """A column name the caller gave, for a message (shortened; escaped)."""
+    text = ascii(name)
+    return text if len(text) <= 80 else f"{text[:60]}...' ({len(name)} characters)"
 
 
 def _check_column(data: Any, name: Any, what: str) -> None:
-    if not isinstance(name, str) or name not in list(data.columns):
+    """The column ``name`` is named by a string and occurs exactly once.
+
+    Only the schema is read; the message names the caller's ``name`` and the number of
+    columns, never the frame's other column names (after a pivot they are data).
+    """
+    kind = type(data).__name__
+    if not isinstance(name, str):
         raise ConfigError(
-            f"{what} {name!r} is not a column of the {type(data).__name__}; its columns "
-            f"are {list(data.columns)!r}"
+            f"{what} must name a column by a str, not {type(name).__name__}: groupby "
+            "reads columns named by strings (rename the frame's columns to strings first)"
+        )
+    columns = list(data.columns)
+    found = columns.count(name)
+    if found == 0:
+        raise ConfigError(
+            f"{what} {_shown(name)} is not a column of the {kind} (it has {len(columns)} "
+            "columns)"
+        )
+    if found > 1:
+        raise ConfigError(
+            f"{what} {_shown(name)} names {found} columns of the {kind}: a column read by "
+            "groupby must have a unique name (rename the duplicates first)"
+        )
+
+
+def _check_keys_column(data: Any, name: str, what: str) -> None:
+    """A key or privacy-unit column's dtype can hold keys (by the schema alone; a pandas
+    ``object`` column is read value by value, after the charge)."""
+    text = _dtype_text(data, name)[1]
+    dtype = data.schema[name] if engine_of(data) == "polars" else text
+    if unkeyable_dtype(dtype):
+        raise ConfigError(
+            f"{what} {_shown(name)} has dtype {text}, whose values are not keys (lists, "
+            "arrays, structs or objects are not hashable): group by a column of strings, "
+            "numbers or booleans"
         )
 
 
@@ -224,7 +268,8 @@ def _dtype_text(data: Any, name: str) -> tuple[bool, str]:
         dtype = data.schema[name]
         return bool(dtype.is_numeric()) or str(dtype) == "Boolean", str(dtype)
     dtype = data[name].dtype
-    return bool(_pandas().api.types.is_numeric_dtype(dtype)), str(dtype)
+    api = _pandas().api.types
+    return bool(api.is_numeric_dtype(dtype)) and not api.is_complex_dtype(dtype), str(dtype)
 
 
 #: Key types whose values travel back from the engine as JSON, for undeclared keys.
@@ -733,6 +778,7 @@ def groupby(
         keys = [WHOLE_TABLE]
     else:
         _check_column(data, by, "by")
+        _check_keys_column(data, by, "the key column")
     bounds = ContributionBounds(max_groups_per_unit, max_rows_per_unit)
     if privacy_unit is None:
         if not bounds.is_one_row_per_unit:
@@ -742,6 +788,7 @@ def groupby(
             )
     else:
         _check_column(data, privacy_unit, "privacy_unit")
+        _check_keys_column(data, privacy_unit, "the privacy_unit column")
     if keys is None and by is not None and engine_of(data) in ("dask", "spark"):
         _check_key_type(data, by)
     if keys is not None:
@@ -750,6 +797,13 @@ def groupby(
         declared = list(keys)
         if not declared:
             raise InvalidCostError("keys", "[]", "declare at least one key")
+        for key in declared:
+            try:
+                hash(key)
+            except TypeError:  # (a list or a dict: a declared key, not data)
+                raise InvalidCostError(
+                    "keys", type(key).__name__, "every declared key must be hashable"
+                ) from None
         if not _pandas().Index(declared).is_unique:
             raise InvalidCostError("keys", f"{len(declared)} keys", "must be distinct")
     return GroupBy(data, by, keys, privacy_unit, bounds, resolve_rng(rng))

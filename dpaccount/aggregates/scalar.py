@@ -22,6 +22,7 @@ from dpaccount.aggregates._checks import (
     charge_or_preview,
     check_accountant,
     check_bounds,
+    check_column,
     check_container,
     check_edges,
     check_level,
@@ -65,6 +66,7 @@ def _rows_per_unit(data: Any, privacy_unit: Any, max_rows_per_unit: Any) -> int:
         return 1
     check_container(privacy_unit)
     check_container(data)
+    check_column(privacy_unit, "privacy_unit", keys=True)
     if len(privacy_unit) != len(data):
         raise InvalidCostError(
             "privacy_unit", type(privacy_unit).__name__,
@@ -267,6 +269,7 @@ def sum(
         accountant, epsilon, delta, mechanism, level, lower, upper, granularity, fill, rng, r
     )
     check_container(data)
+    check_column(data, numeric=True)
     record = charge_or_preview(
         accountant, mech, label or "sum", query_id,
         lambda: to_float(mech.halfwidth(lvl), fp.granularity),
@@ -363,6 +366,7 @@ def mean(
     count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, rng)
     total_cost = sum_mech.charge.cost + count_mech.charge.cost  # two mechanisms, one record
     check_container(data)
+    check_column(data, numeric=True)
     # the mean's interval depends on its noisy count: a preview reports no error bound
     record = charge_or_preview(accountant, total_cost, label or "mean", query_id, lambda: None)
     kept = _kept(data, privacy_unit, r, rng)
@@ -443,6 +447,7 @@ def histogram(
         accountant, epsilon, delta, mechanism, level, bins, categories, rng, r
     )
     check_container(data)
+    check_column(data, numeric=edges is not None)
     record = charge_or_preview(
         accountant, mech, label or "histogram", query_id, lambda: float(mech.halfwidth(lvl))
     )
@@ -566,6 +571,7 @@ def quantile(
     sens = r * (max(qf, 1 - qf) if relation is Relation.ADD_REMOVE else Fraction(1))
     mech = ExponentialMechanism(eps, sens, rng=rng)
     check_container(data)
+    check_column(data, numeric=True)
     rank_err = float_up(
         2 * sens / eps * Fraction(math.log(grid.size) + math.log(1.0 / (1.0 - lvl)))
         * (1 + 1e-12)
