@@ -65,6 +65,7 @@ __all__ = [
     "cost_of",
     "describe",
     "relation_of",
+    "shown",
 ]
 
 
@@ -423,7 +424,7 @@ class BoundedRangeCharge:
         return _trusted(self.epsilon, Fraction(0))
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a tree of shared parts hashes in linear time
 class Subsampled:
     """A charge run on a random subsample of the data (privacy amplification).
 
@@ -466,7 +467,7 @@ class Subsampled:
         return _subsampled_cost(self.rate, inner.epsilon, inner.delta)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a tree of shared parts hashes in linear time
 class Parallel:
     """One query run separately on disjoint, declared partitions of the data.
 
@@ -520,7 +521,7 @@ class Parallel:
         return _trusted(sum(epsilons[:take], Fraction(0)), delta)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a tree of shared parts hashes in linear time
 class Repeated:
     """``count`` runs of the same charge (adaptively chosen, same parameters).
 
@@ -664,7 +665,7 @@ def cost_of(charge: Charge) -> PrivacyCost:
         return charge
     if isinstance(charge, _CHARGE_TYPES):
         return charge.cost
-    raise UnsupportedChargeError(f"cannot compute the cost of {charge!r}")
+    raise UnsupportedChargeError(f"cannot compute the cost of {shown(charge)}")
 
 
 def relation_of(charge: Charge) -> Relation | None:
@@ -807,4 +808,24 @@ def describe(charge: Charge) -> str:
         return f"parallel over {len(charge.partitions)} partitions"
     if isinstance(charge, Repeated):
         return f"{charge.count} x {describe(charge.charge)}"
-    raise UnsupportedChargeError(f"cannot describe {charge!r}")
+    raise UnsupportedChargeError(f"cannot describe {shown(charge)}")
+
+
+def shown(charge: Any) -> str:
+    """A charge for an error message: its repr when it holds no other charge, else its
+    `describe()` (a tree's repr can be as large as the tree), at most 200 characters.
+
+    Examples:
+        >>> shown(PrivacyCost(1))
+        'PrivacyCost(epsilon=1, delta=0)'
+        >>> shown(Parallel([PrivacyCost(1)] * 1000))
+        'Parallel(add_remove): parallel over 1000 partitions'
+    """
+    kind = type(charge)
+    if kind in _NESTED_TYPES:
+        text = f"{_level_name(charge)}: {describe(charge)}"
+    elif kind in _LEAF_TYPES:
+        text = repr(charge)
+    else:
+        text = f"<{kind.__name__}>"
+    return text if len(text) <= 200 else f"{text[:180]}... ({len(text)} characters)"

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from dpaccount.charges import _CHARGE_TYPES, Atom, Charge, Repeated, atoms, cost_of
+from dpaccount.charges import _CHARGE_TYPES, Atom, Charge, Repeated, atoms, cost_of, shown
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, UnsupportedChargeError
 
@@ -52,14 +52,14 @@ class DeclaredPlan:
                 index = None
         if index is None:
             raise UnsupportedChargeError(
-                f"{atom!r} is not in the declared plan of the {self._rule} rule (a "
+                f"{shown(atom)} is not in the declared plan of the {self._rule} rule (a "
                 f"fixed-plan rule cannot take charges outside its plan; {self._instead})"
             )
         total = used[index] + count
         declared = self.items[index][1]
         if total > declared:
             raise UnsupportedChargeError(
-                f"the declared plan of {declared} runs of {atom!r} is used up ({total} "
+                f"the declared plan of {declared} runs of {shown(atom)} is used up ({total} "
                 "requested); a fixed-plan rule cannot take charges outside its plan"
             )
         return (*used[:index], total, *used[index + 1 :]), self._costs[index]

@@ -608,7 +608,7 @@ class PrivacyLossDistribution:
         if (
             isinstance(charge, Parallel)
             and rel is Relation.ADD_REMOVE
-            and len(set(charge.partitions)) == 1
+            and _one_part(charge.partitions)
             and not isinstance(charge.partitions[0], (Parallel, Repeated))
         ):
             # one record is in one part and the other parts' outputs are equal and
@@ -951,3 +951,10 @@ class PLDRule(Rule[PLDState]):
             "value_discretization_interval": self.interval,
             "plan": [[repr(atom), count] for atom, count in self._items],
         }
+
+
+def _one_part(parts: tuple[Any, ...]) -> bool:
+    """Whether every part equals the first (by identity first: hashing or comparing a
+    tree of shared parts part by part takes time exponential in its depth)."""
+    first = parts[0]
+    return all(part is first or part == first for part in parts)

@@ -76,6 +76,7 @@ from dpaccount.charges import (
     Subsampled,
     atoms,
     cost_of,
+    shown,
 )
 from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
 from dpaccount.costs import Budget, PrivacyCost, _trusted
@@ -829,7 +830,7 @@ def charge_rdp(atom: Atom, alpha: float, *, relation: Relation = Relation.ADD_RE
         e = float_up(cost.epsilon)
         return min(_push(min(e, a * e * e / 2)), randomized_response_rdp(cost.epsilon, 2, a))
     raise UnsupportedChargeError(
-        f"{atom!r} has delta > 0 and no noise description, so no Renyi-DP bound; "
+        f"{shown(atom)} has delta > 0 and no noise description, so no Renyi-DP bound; "
         "describe it as a GaussianCharge/LaplaceCharge or use another rule"
     )
 
@@ -848,15 +849,20 @@ def _parallel_rdp(charge: Parallel, alpha: float) -> float:
     parallel parts are (noise on a query) the bound is the same under either.
     """
     values = []
+    known: dict[int, float] = {}  # a part that occurs again is bounded once
     for part in charge.partitions:
-        runs = list(atoms(part))
-        if len(runs) == 1 and runs[0][1] == 1:  # one run: its bound is already rounded up
-            values.append(charge_rdp(runs[0][0], alpha, relation=charge.relation))
-        else:  # products and sums may round down: push the total up
-            values.append(_push(math.fsum(
-                count * charge_rdp(inner, alpha, relation=charge.relation)
-                for inner, count in runs
-            )))
+        value = known.get(id(part))
+        if value is None:
+            runs = list(atoms(part))
+            if len(runs) == 1 and runs[0][1] == 1:  # one run: its bound is rounded up
+                value = charge_rdp(runs[0][0], alpha, relation=charge.relation)
+            else:  # products and sums may round down: push the total up
+                value = _push(math.fsum(
+                    count * charge_rdp(inner, alpha, relation=charge.relation)
+                    for inner, count in runs
+                ))
+            known[id(part)] = value
+        values.append(value)
     values.sort(reverse=True)
     if charge.relation is Relation.ADD_REMOVE:
         return values[0]  # each value is already rounded up
@@ -1252,7 +1258,7 @@ class GDPFilterRule(Rule[GDPState]):
     def add(self, state: GDPState, atom: Atom, count: int) -> GDPState:
         if not isinstance(atom, GaussianCharge):
             raise UnsupportedChargeError(
-                f"the gdp filter composes plain Gaussian charges only, not {atom!r}"
+                f"the gdp filter composes plain Gaussian charges only, not {shown(atom)}"
             )
         mu_squared = self._mu_squared.get(atom, lambda: (atom.sensitivity / atom.sigma) ** 2)
         if count == 1:

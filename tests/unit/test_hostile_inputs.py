@@ -457,9 +457,15 @@ def test_a_tree_of_shared_parts_is_refused_when_it_outgrows_the_limit() -> None:
             break
         built = WRAPPERS["shared"](built)
     assert k == 20  # 2**21 - 1 > 2**20
-    acct = Accountant(Budget(10**6))
-    acct.charge(built)  # the largest allowed (each shared part is costed and checked once)
-    assert len(acct.records) == 1
+    for rule in ("basic", "rdp"):  # each shared part is costed, checked and bounded once
+        acct = Accountant(Budget(10**6, "1e-3"), rule=rule)
+        acct.charge(built)
+        assert len(acct.records) == 1
+    refusing = Accountant(Budget(10**6, "1e-3"), rule="gdp")
+    with pytest.raises(UnsupportedChargeError) as info:  # names the tree, not its repr
+        refusing.charge(built)
+    assert len(str(info.value)) < 400
+    assert refusing.records == ()
 
 
 @settings(max_examples=60, deadline=None)
