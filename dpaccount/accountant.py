@@ -26,8 +26,7 @@ from typing import Any, TypeVar
 import attrs
 
 from dpaccount._numeric import check_count
-from dpaccount.charges import _CHARGE_TYPES as CHARGE_TYPES
-from dpaccount.charges import Charge, Relation, Repeated, check_relations, cost_of
+from dpaccount.charges import CHARGE_TYPES, Charge, Relation, Repeated, check_relations, cost_of
 from dpaccount.composition import RELATION_RULES, BasicRule, Rule, make_rule, max_queries
 from dpaccount.composition.base import SpentMeaning
 from dpaccount.composition.states import decode_state, encode_state

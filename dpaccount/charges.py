@@ -44,6 +44,7 @@ from dpaccount.costs import PrivacyCost, _trusted, format_number
 from dpaccount.errors import InvalidCostError, UnsupportedChargeError
 
 __all__ = [
+    "CHARGE_TYPES",
     "MAX_NESTING",
     "MAX_PARTS",
     "Atom",
@@ -569,7 +570,9 @@ Atom: TypeAlias = (
 #: Anything the accountant can be charged with.
 Charge: TypeAlias = Atom | Repeated
 
-_CHARGE_TYPES = (
+#: Every charge type: what the accountant can be charged with (`Charge`), as a tuple
+#: for ``isinstance``.
+CHARGE_TYPES = (
     PrivacyCost,
     LaplaceCharge,
     GaussianCharge,
@@ -586,11 +589,11 @@ _CHARGE_TYPES = (
 #: Charges that hold other charges, and those that hold none (the latter state no
 #: neighbouring relation of their own).
 _NESTED_TYPES = frozenset((Subsampled, Parallel, Repeated))
-_LEAF_TYPES = frozenset(t for t in _CHARGE_TYPES if t not in _NESTED_TYPES)
+_LEAF_TYPES = frozenset(t for t in CHARGE_TYPES if t not in _NESTED_TYPES)
 
 
 def _check_charge(value: Any) -> None:
-    if not isinstance(value, _CHARGE_TYPES):
+    if not isinstance(value, CHARGE_TYPES):
         raise InvalidCostError(
             "charge",
             value,
@@ -665,7 +668,7 @@ def cost_of(charge: Charge) -> PrivacyCost:
     """The (epsilon, delta) guarantee of a charge under basic composition."""
     if isinstance(charge, PrivacyCost):
         return charge
-    if isinstance(charge, _CHARGE_TYPES):
+    if isinstance(charge, CHARGE_TYPES):
         return charge.cost
     raise UnsupportedChargeError(f"cannot compute the cost of {shown(charge)}")
 

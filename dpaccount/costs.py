@@ -26,7 +26,7 @@ import attrs
 from dpaccount._numeric import ZERO, at_most, check_delta, check_epsilon, float_up
 from dpaccount.errors import InvalidCostError
 
-__all__ = ["Budget", "PrivacyCost", "format_number"]
+__all__ = ["Budget", "PrivacyCost", "format_number", "trusted_cost"]
 
 
 def format_number(value: Fraction | None) -> str:
@@ -171,7 +171,7 @@ class PrivacyCost:
             raise InvalidCostError(
                 "delta", total_delta, "the summed delta reaches 1: no guarantee is left"
             )
-        return _trusted(self.epsilon + other.epsilon, total_delta)
+        return trusted_cost(self.epsilon + other.epsilon, total_delta)
 
     def __radd__(self, other: Any) -> PrivacyCost:
         if other == 0:  # sum() starts from int 0
@@ -183,7 +183,7 @@ class PrivacyCost:
         delta = self.delta * count
         if delta >= 1:
             raise InvalidCostError("delta", delta, f"{count} x delta reaches 1")
-        return _trusted(self.epsilon * count, delta)
+        return trusted_cost(self.epsilon * count, delta)
 
     def fits(self, budget: Budget) -> bool:
         """Whether this total is within ``budget`` (both coordinates, inclusive)."""
@@ -208,10 +208,23 @@ def _shown(symbol: str, value: Fraction | None, upward: bool) -> str:
     return f"{symbol}={text}" if exact else f"{symbol}{'≤' if upward else '≥'}{text}"
 
 
-def _trusted(epsilon: Fraction, delta: Fraction) -> PrivacyCost:
-    """Build a PrivacyCost from values already known valid, skipping the converters.
+def trusted_cost(epsilon: Fraction, delta: Fraction) -> PrivacyCost:
+    """A PrivacyCost built from exact values already known valid, without re-validating.
 
-    Used on the per-charge path, where the operands were validated on construction.
+    The per-charge path (the rules' sums, a charge's cost) builds many costs from
+    values that were validated when their operands were built; this skips the
+    converters, which would check them again (about 2.7 µs a cost against 0.5 µs).
+
+    The contract, which the caller proves and nothing here checks: ``epsilon`` and
+    ``delta`` are `Fraction` instances (never a float, an int or a bool), ``epsilon``
+    is finite and ``>= 0``, and ``0 <= delta < 1`` (what `PrivacyCost`'s converters
+    would have made of them). A bound computed in floating point is rounded up to an
+    exact Fraction before it comes here. Anything else builds a cost that breaks the
+    invariants every rule relies on: use `PrivacyCost` for values from outside.
+
+    Examples:
+        >>> trusted_cost(Fraction(1, 2), Fraction(0)) == PrivacyCost("0.5")
+        True
     """
     cost = object.__new__(PrivacyCost)
     object.__setattr__(cost, "epsilon", epsilon)
@@ -219,7 +232,11 @@ def _trusted(epsilon: Fraction, delta: Fraction) -> PrivacyCost:
     return cost
 
 
-ZERO_COST = _trusted(ZERO, ZERO)
+#: The former private name of `trusted_cost`, kept for `dpaccount.charges` (being
+#: edited in parallel); new code uses `trusted_cost`.
+_trusted = trusted_cost
+
+ZERO_COST = trusted_cost(ZERO, ZERO)
 
 
 def _budget_epsilon(value: Any) -> Fraction | None:

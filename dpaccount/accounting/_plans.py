@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
-from dpaccount.charges import _CHARGE_TYPES, Atom, Charge, Repeated, atoms, cost_of, shown
+from dpaccount.charges import CHARGE_TYPES, Atom, Charge, Repeated, atoms, cost_of, shown
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, UnsupportedChargeError
 
@@ -66,7 +66,7 @@ class DeclaredPlan:
 
 
 #: One run of one charge (anything but `Repeated`).
-_SINGLE_CHARGES = tuple(kind for kind in _CHARGE_TYPES if kind is not Repeated)
+_SINGLE_CHARGES = tuple(kind for kind in CHARGE_TYPES if kind is not Repeated)
 
 
 def as_charges(plan: Any) -> list[Charge]:

@@ -107,7 +107,7 @@ from dpaccount.charges import (
     cost_of,
 )
 from dpaccount.composition.base import Adaptivity, Rule
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 
 __all__ = ["PLDRule", "PrivacyLossDistribution", "compose_plan"]
@@ -903,7 +903,7 @@ class PLDRule(Rule[PLDState]):
         self.interval = self._pld.interval
         _low, upper = self._pld.epsilon(self.target_delta)
         self._total: PrivacyCost | None = (
-            None if upper is None else _trusted(upper, self.target_delta)
+            None if upper is None else trusted_cost(upper, self.target_delta)
         )
 
     @property
@@ -925,14 +925,14 @@ class PLDRule(Rule[PLDState]):
     def total(self, state: PLDState) -> PrivacyCost:
         basic = state.delta.numerator < state.delta.denominator  # delta < 1
         if not any(state.used):
-            return _trusted(Fraction(0), Fraction(0))
+            return trusted_cost(Fraction(0), Fraction(0))
         plan = self._total
         if plan is None or (
             basic and at_most(state.epsilon, plan.epsilon) and at_most(state.delta, plan.delta)
         ):
             if not basic:
                 raise InvalidCostError("delta", state.delta, "the summed delta reaches 1")
-            return _trusted(state.epsilon, state.delta)
+            return trusted_cost(state.epsilon, state.delta)
         return plan
 
     def admits(self, state: PLDState, budget: Budget) -> bool:

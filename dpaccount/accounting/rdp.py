@@ -79,7 +79,7 @@ from dpaccount.charges import (
     shown,
 )
 from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 
 __all__ = [
@@ -1014,7 +1014,7 @@ class RDPRule(Rule[RDPState]):
             whole = whole + count * _atom_floats(atom, self.orders, self.relation)
         whole = np.nextafter(whole * (1 + 2 * (len(self._items) + 1) * 2.0**-52), np.inf)
         if not np.any(whole > 1e-300):
-            self._plan_total = _trusted(Fraction(0), Fraction(0))
+            self._plan_total = trusted_cost(Fraction(0), Fraction(0))
             return
         if not np.all(np.isfinite(whole)):
             raise InvalidCostError("rdp", "inf", "a Renyi divergence is unbounded at some order")
@@ -1025,7 +1025,7 @@ class RDPRule(Rule[RDPState]):
             raise InvalidCostError("epsilon", grid, "the Renyi sums overflowed")
         refined = None if grid == 0 else self._refined_plan_epsilon(i)
         best = up(grid) if refined is None or refined >= up(grid) else refined
-        self._plan_total = _trusted(best, self.target_delta)
+        self._plan_total = trusted_cost(best, self.target_delta)
 
     def _refined_plan_epsilon(self, i: int) -> Fraction | None:
         """The plan's epsilon at the best order around the grid's best one (index ``i``),
@@ -1113,17 +1113,17 @@ class RDPRule(Rule[RDPState]):
 
     def total(self, state: RDPState) -> PrivacyCost:
         if not (any(state.rdp) if self.adaptive else any(state.used)):
-            return _trusted(Fraction(0), Fraction(0))
+            return trusted_cost(Fraction(0), Fraction(0))
         plan = self._plan_total
         if plan is not None:
             basic = state.delta < 1
             if basic and state.epsilon <= plan.epsilon and state.delta <= plan.delta:
-                return _trusted(state.epsilon, state.delta)
+                return trusted_cost(state.epsilon, state.delta)
             return plan
         eps = self._epsilon(state.as_float(), self._split)
         if math.isinf(eps):
             raise InvalidCostError("epsilon", eps, "the Renyi sums overflowed")
-        return _trusted(up(eps), self.target_delta)
+        return trusted_cost(up(eps), self.target_delta)
 
     def admits(self, state: RDPState, budget: Budget) -> bool:
         """Whether ``total(state)`` is within ``budget``: for the filter, whether some
@@ -1267,8 +1267,8 @@ class GDPFilterRule(Rule[GDPState]):
 
     def total(self, state: GDPState) -> PrivacyCost:
         if state.mu_squared == 0:
-            return _trusted(Fraction(0), Fraction(0))
-        return _trusted(gdp_epsilon(state.mu_squared, self.target_delta), self.target_delta)
+            return trusted_cost(Fraction(0), Fraction(0))
+        return trusted_cost(gdp_epsilon(state.mu_squared, self.target_delta), self.target_delta)
 
     def admits(self, state: GDPState, budget: Budget) -> bool:
         """Whether sum mu^2 is at most the budget's limit (`mu_squared_limit`)."""

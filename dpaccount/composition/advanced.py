@@ -31,7 +31,7 @@ from dpaccount._numeric import (
 )
 from dpaccount.composition.base import Adaptivity
 from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 
 __all__ = [
@@ -126,7 +126,7 @@ def advanced(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
     slack = check_slack(delta_slack)
     eps = _float_eps(cost.epsilon)
     value = math.sqrt(2 * k * log_inv_up(slack)) * eps + k * eps * math.expm1(eps)
-    return _trusted(up(value, _ULPS), _delta_total(slack, k, cost.delta))
+    return trusted_cost(up(value, _ULPS), _delta_total(slack, k, cost.delta))
 
 
 def _a_of(eps: float) -> float:
@@ -168,7 +168,7 @@ def advanced_adaptive(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
     eps = _float_eps(cost.epsilon)
     a = _a_of(eps)
     value = k * a + math.sqrt(2 * k * log_inv_up(slack)) * (eps + a)
-    return _trusted(up(value, _ULPS), _delta_total(slack, k, cost.delta))
+    return trusted_cost(up(value, _ULPS), _delta_total(slack, k, cost.delta))
 
 
 def advanced_simplified(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
@@ -208,7 +208,7 @@ def advanced_simplified(cost: Any, k: int, delta_slack: Any) -> PrivacyCost:
             f"delta'={slack} give {lhs:.6g} > {rhs:.6g}. Use advanced() instead."
         )
     value = 2 * eps * math.sqrt(2 * k * log_inv_up(slack))
-    return _trusted(up(value, _ULPS), delta)
+    return trusted_cost(up(value, _ULPS), delta)
 
 
 class AdvancedRule(FixedPlanRule):

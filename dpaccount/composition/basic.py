@@ -9,7 +9,7 @@ import attrs
 
 from dpaccount.charges import Atom, Charge, cost_of
 from dpaccount.composition.base import Adaptivity, Rule, SpentMeaning
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import InvalidCostError
 
 __all__ = ["BasicRule", "basic"]
@@ -70,7 +70,7 @@ class BasicRule(Rule[BasicState]):
     def total(self, state: BasicState) -> PrivacyCost:
         if state.delta >= 1:
             raise InvalidCostError("delta", state.delta, "the summed delta reaches 1")
-        return _trusted(state.epsilon, state.delta)
+        return trusted_cost(state.epsilon, state.delta)
 
     def admits(self, state: BasicState, budget: Budget) -> bool:
         # Exact cross-multiplied comparisons (denominators are positive): the same as

@@ -52,7 +52,7 @@ from dpaccount.composition.heterogeneous import (
 )
 from dpaccount.composition.optimal import THEOREM_OPTIMAL, OptimalRule, optimal
 from dpaccount.composition.planning import Plan, as_cost, as_plan, last_fitting
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 
 __all__ = [
@@ -358,7 +358,7 @@ def compose_by_name(
         if delta >= 1:
             raise InvalidCostError("delta", delta, "delta_slack + k x delta reaches 1")
         epsilon = filter_value(the_cost.epsilon * the_cost.epsilon * k, slack)
-        return _trusted(epsilon, delta), THEOREM_FILTER
+        return trusted_cost(epsilon, delta), THEOREM_FILTER
     options: list[tuple[PrivacyCost, str]] = [(the_cost.times(k), _THEOREM_BASIC)]
     for name in ("advanced", "heterogeneous", "optimal"):
         if name == "optimal" and optimal_limit is not None and k > optimal_limit:

@@ -36,7 +36,7 @@ from dpaccount.charges import Atom, cost_of
 from dpaccount.composition.advanced import check_slack, log_inv_up
 from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
 from dpaccount.composition.planning import as_cost, remaining_per_query
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError
 
 __all__ = ["FilterRule", "FilterState", "filter_epsilon", "filter_value"]
@@ -88,7 +88,7 @@ def filter_epsilon(costs: Iterable[Any], delta_slack: Any) -> PrivacyCost:
     total_delta = slack + delta
     if total_delta >= 1:
         raise InvalidCostError("delta", total_delta, "delta_slack + sum of deltas reaches 1")
-    return _trusted(filter_value(eps_sq, slack), total_delta)
+    return trusted_cost(filter_value(eps_sq, slack), total_delta)
 
 
 def _filter_terms(atom: Atom) -> tuple[Fraction, Fraction]:
@@ -175,11 +175,11 @@ class FilterRule(Rule[FilterState]):
 
     def total(self, state: FilterState) -> PrivacyCost:
         if state.eps_sq == 0 and state.delta == 0:
-            return _trusted(ZERO, ZERO)
+            return trusted_cost(ZERO, ZERO)
         delta = self.delta_slack + state.delta
         if delta >= 1:
             raise InvalidCostError("delta", delta, "delta_slack + sum of deltas reaches 1")
-        return _trusted(self.value(state), delta)
+        return trusted_cost(self.value(state), delta)
 
     def admits(self, state: FilterState, budget: Budget) -> bool:
         if state.delta + self.delta_slack > budget.delta:

@@ -31,7 +31,7 @@ from dpaccount._numeric import ZERO, float_down, float_up, up
 from dpaccount.composition.advanced import check_slack, log_inv_up
 from dpaccount.composition.base import Adaptivity
 from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError
 
 __all__ = ["HeterogeneousRule", "KOVSums", "heterogeneous"]
@@ -98,7 +98,7 @@ def kov_bound(sums: KOVSums, slack: Fraction) -> PrivacyCost:
         second = lin + math.sqrt(2 * sq * second_log)
         third = lin + math.sqrt(2 * sq * log_inv_up(slack))
         best = min(best, up(second, 16), up(third, 16))
-    return _trusted(best, delta)
+    return trusted_cost(best, delta)
 
 
 def heterogeneous(costs: Iterable[Any], delta_slack: Any) -> PrivacyCost:

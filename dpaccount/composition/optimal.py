@@ -49,7 +49,7 @@ from dpaccount._numeric import (
 )
 from dpaccount.composition.base import Adaptivity
 from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost, last_fitting
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError
 
 __all__ = ["OptimalRule", "optimal", "optimal_delta"]
@@ -272,10 +272,10 @@ def optimal(cost: Any, k: int, target_delta: Any) -> PrivacyCost:
         )
     basic_eps = k * cost.epsilon
     if cost.epsilon == 0:
-        return _trusted(ZERO, target)
+        return trusted_cost(ZERO, target)
     allowed_f = float_down(allowed)
     if allowed_f <= 0:
-        return _trusted(basic_eps, target)
+        return trusted_cost(basic_eps, target)
     allowed_log = math.log(allowed_f)
     allowed_log = math.nextafter(math.nextafter(allowed_log, -math.inf), -math.inf)
     # terms whose total mass is below e^-30 of what delta may use are bounded, not summed
@@ -285,7 +285,7 @@ def optimal(cost: Any, k: int, target_delta: Any) -> PrivacyCost:
         return profile.log_delta(epsilon, certified=True) <= allowed_log
 
     if certified(0.0):
-        return _trusted(ZERO, target)
+        return trusted_cost(ZERO, target)
     candidate = profile.solve(allowed_log, allowed_f)
     step = max(candidate, 1e-12) * 2.0**-45
     top = profile.top
@@ -293,8 +293,8 @@ def optimal(cost: Any, k: int, target_delta: Any) -> PrivacyCost:
         candidate += step
         step *= 2
         if candidate >= top:
-            return _trusted(basic_eps, target)
-    return _trusted(min(Fraction(candidate), basic_eps), target)
+            return trusted_cost(basic_eps, target)
+    return trusted_cost(min(Fraction(candidate), basic_eps), target)
 
 
 class OptimalRule(FixedPlanRule):

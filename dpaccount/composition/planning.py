@@ -30,7 +30,7 @@ import attrs
 from dpaccount._numeric import ZERO, check_count, float_down, to_fraction
 from dpaccount.charges import Atom, Repeated, cost_of
 from dpaccount.composition.base import Rule
-from dpaccount.costs import Budget, PrivacyCost, _trusted
+from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import (
     ConfigError,
     InvalidCostError,
@@ -240,7 +240,7 @@ class FixedPlanRule(Rule[PlanState]):
 
     def total(self, state: PlanState) -> PrivacyCost:
         if state.position == 0:
-            return _trusted(ZERO, ZERO)
+            return trusted_cost(ZERO, ZERO)
         plain = self.basic_total(state)
         bound = self.bound(state)
         if bound is None or (plain.epsilon <= bound.epsilon and plain.delta <= bound.delta):
@@ -279,7 +279,7 @@ class FixedPlanRule(Rule[PlanState]):
             delta = self._delta_before[state.run] + cost.delta * state.used
         if delta >= 1:
             raise InvalidCostError("delta", delta, "the summed delta reaches 1")
-        return _trusted(eps, delta)
+        return trusted_cost(eps, delta)
 
     def _whole_plan_fits(self, budget: Budget) -> bool:
         cached = self._fits_cache.get(budget)
@@ -355,12 +355,12 @@ def remaining_per_query(
         raise InvalidCostError("delta", delta, "must be in [0, 1)")
 
     def fits(epsilon: Fraction) -> bool:
-        return _fits_after(rule, state, budget, Repeated(_trusted(epsilon, per_delta), k))
+        return _fits_after(rule, state, budget, Repeated(trusted_cost(epsilon, per_delta), k))
 
     if not fits(ZERO):
-        return _trusted(ZERO, ZERO)
+        return trusted_cost(ZERO, ZERO)
     if budget.epsilon is None:
-        return _trusted(ZERO, per_delta)  # no epsilon limit: nothing to solve
+        return trusted_cost(ZERO, per_delta)  # no epsilon limit: nothing to solve
     hi = float(budget.epsilon) if budget.epsilon > 0 else 1.0
     steps = 0
     while fits(Fraction(hi)) and steps < 64:
@@ -378,7 +378,7 @@ def remaining_per_query(
     answer = Fraction(float_down(Fraction(lo)))
     while answer > 0 and not fits(answer):  # re-check (defensive; lo was checked)
         answer = Fraction(float_down(answer * Fraction(999, 1000)))
-    return _trusted(answer, per_delta)
+    return trusted_cost(answer, per_delta)
 
 
 #: max_queries stops searching here and reports ``None`` (no practical limit).
@@ -471,7 +471,7 @@ def per_query_epsilon(
         raise InvalidCostError("total_budget", total_budget, "needs an epsilon limit")
 
     def fits(epsilon: Fraction) -> bool:
-        cost = _trusted(epsilon, per_delta)
+        cost = trusted_cost(epsilon, per_delta)
         try:
             r = build_rule(rule, plan=Plan.repeat(cost, k), budget=budget, **options)
         except (InvalidCostError, ConfigError):
@@ -484,7 +484,7 @@ def per_query_epsilon(
         )
     lo, hi = 0.0, float(budget.epsilon)
     if fits(Fraction(hi)):
-        return _trusted(Fraction(hi), per_delta)
+        return trusted_cost(Fraction(hi), per_delta)
     for _ in range(_BISECT_STEPS):
         mid = (lo + hi) / 2
         if mid in (lo, hi):
@@ -494,4 +494,4 @@ def per_query_epsilon(
         else:
             hi = mid
     answer = Fraction(lo)
-    return _trusted(answer, per_delta)
+    return trusted_cost(answer, per_delta)
