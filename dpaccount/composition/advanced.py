@@ -30,7 +30,7 @@ from dpaccount._numeric import (
     up,
 )
 from dpaccount.composition.base import Adaptivity
-from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost
+from dpaccount.composition.plans import FixedPlanRule, PlanState, as_cost
 from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 

@@ -51,7 +51,7 @@ from dpaccount.composition.heterogeneous import (
     kov_bound,
 )
 from dpaccount.composition.optimal import THEOREM_OPTIMAL, OptimalRule, optimal
-from dpaccount.composition.planning import Plan, as_cost, as_plan, last_fitting
+from dpaccount.composition.plans import Plan, as_cost, as_plan, last_fitting
 from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
 

@@ -35,7 +35,7 @@ from dpaccount._numeric import ZERO, float_up, up
 from dpaccount.charges import Atom, cost_of
 from dpaccount.composition.advanced import check_slack, log_inv_up
 from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
-from dpaccount.composition.planning import as_cost, remaining_per_query
+from dpaccount.composition.plans import as_cost, remaining_per_query
 from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError
 

@@ -30,7 +30,7 @@ import attrs
 from dpaccount._numeric import ZERO, float_down, float_up, up
 from dpaccount.composition.advanced import check_slack, log_inv_up
 from dpaccount.composition.base import Adaptivity
-from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost
+from dpaccount.composition.plans import FixedPlanRule, PlanState, as_cost
 from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError
 

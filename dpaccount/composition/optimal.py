@@ -48,7 +48,7 @@ from dpaccount._numeric import (
     float_up,
 )
 from dpaccount.composition.base import Adaptivity
-from dpaccount.composition.planning import FixedPlanRule, PlanState, as_cost, last_fitting
+from dpaccount.composition.plans import FixedPlanRule, PlanState, as_cost, last_fitting
 from dpaccount.costs import Budget, PrivacyCost, trusted_cost
 from dpaccount.errors import ConfigError, InvalidCostError
 

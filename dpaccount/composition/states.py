@@ -38,7 +38,7 @@ __all__ = ["decode_state", "encode_state"]
 _KINDS: dict[str, tuple[str, str]] = {
     "basic": ("dpaccount.composition.basic", "BasicState"),
     "filter": ("dpaccount.composition.filters", "FilterState"),
-    "plan": ("dpaccount.composition.planning", "PlanState"),
+    "plan": ("dpaccount.composition.plans", "PlanState"),
     "rdp": ("dpaccount.accounting.rdp", "RDPState"),
     "gdp": ("dpaccount.accounting.rdp", "GDPState"),
     "pld": ("dpaccount.accounting.pld", "PLDState"),

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from dpaccount.charges import SCHEME_RELATION, Relation, Scheme, Subsampled
-from dpaccount.composition.planning import as_cost
+from dpaccount.composition.plans import as_cost
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import InvalidCostError, UnsupportedChargeError
 
