@@ -61,7 +61,8 @@ ENGINES = {
     dpsgd_epsilon(sampling_rate=256 / 60000, noise_multiplier=1.1, steps=14063,
                   target_delta=1e-5)""",
     "RDP plan (100 Gaussians)": """
-    from dpaccount.accounting.rdp import RDPRule, _atom_floats
+    from dpaccount.accounting.rdp import RDPRule
+    from dpaccount.accounting.rdp.charge_curves import _atom_floats
     from dpaccount.charges import GaussianCharge
     _atom_floats.cache_clear()
     c = GaussianCharge(1, 1, 1)

@@ -23,17 +23,18 @@ import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpaccount.accounting import rdp as ours_rdp
+from dpaccount.accounting.rdp import charge_curves, subsampled
 from dpaccount.charges import Charge, GaussianCharge, LaplaceCharge, Scheme, Subsampled
 
 DELTA = 1e-5
 
 
 def _clear() -> None:
-    ours_rdp._atom_vector.cache_clear()
-    ours_rdp._atom_floats.cache_clear()
-    ours_rdp._sgm_log_a.cache_clear()
-    ours_rdp._wor_log_a.cache_clear()
-    ours_rdp._wor_even_differences.cache_clear()
+    charge_curves._atom_vector.cache_clear()
+    charge_curves._atom_floats.cache_clear()
+    subsampled._sgm_log_a.cache_clear()
+    subsampled._wor_log_a.cache_clear()
+    subsampled._wor_even_differences.cache_clear()
 
 
 def ours(charge: Charge, k: int, relation: str) -> Callable[[], float]:

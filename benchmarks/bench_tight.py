@@ -24,12 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 from dpaccount.accounting import PrivacyLossDistribution, compose_plan, dpsgd_epsilon
-from dpaccount.accounting.rdp import (
-    DEFAULT_ORDERS,
-    _refined_epsilon,
-    gaussian_rdp,
-    laplace_rdp,
-)
+from dpaccount.accounting.rdp import DEFAULT_ORDERS, gaussian_rdp, laplace_rdp
+from dpaccount.accounting.rdp.conversion import _refined_epsilon
 from dpaccount.charges import GaussianCharge, Repeated
 
 INTERVAL = 1e-4
@@ -123,9 +119,10 @@ def ours_pld(
 
 
 def ours_rdp(kind: str, p: dict[str, float], delta: float) -> float:
-    from dpaccount.accounting import rdp
+    from dpaccount.accounting.rdp import charge_curves, subsampled
 
-    for cache in (rdp._sgm_log_a, rdp._binomial_layout, rdp._atom_vector, rdp._atom_floats):
+    for cache in (subsampled._sgm_log_a, subsampled._binomial_layout,
+                  charge_curves._atom_vector, charge_curves._atom_floats):
         cache.cache_clear()  # every repeat from a cold cache (the anchors keep none)
     k = int(p["steps"])
     if kind == "sgm":

@@ -17,14 +17,13 @@ if TYPE_CHECKING:  # each engine's module is imported on first use (below)
         dpsgd_schedule,
         dpsgd_step_charge,
     )
+    from dpaccount.accounting.gdp import GDPFilterRule, gdp_epsilon
     from dpaccount.accounting.pld import PLDRule, PrivacyLossDistribution, compose_plan
     from dpaccount.accounting.rdp import (
-        GDPFilterRule,
         RDPRule,
         charge_rdp,
         gaussian_rdp,
         gaussian_zcdp,
-        gdp_epsilon,
         laplace_rdp,
         rdp_epsilon,
         sgm_epsilon,
@@ -42,6 +41,8 @@ _WHERE = {
     "dpsgd_epsilon_bounds": "dpsgd",
     "dpsgd_schedule": "dpsgd",
     "dpsgd_step_charge": "dpsgd",
+    "GDPFilterRule": "gdp",
+    "gdp_epsilon": "gdp",
     "PLDRule": "pld",
     "PrivacyLossDistribution": "pld",
     "compose_plan": "pld",

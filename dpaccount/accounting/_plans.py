@@ -1,5 +1,7 @@
-"""The declared plan of charges that the fixed-plan tight rules (``pld``, ``rdp`` with
-``adaptive=False``) hold: which atoms, how many runs of each, and what is used up."""
+"""What the tight rules share: the declared plan of charges that the fixed-plan rules
+(``pld``, ``rdp`` with ``adaptive=False``) hold (which atoms, how many runs of each, and
+what is used up), and the target delta and budget cache of the filters (``rdp``,
+``gdp``)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,30 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
+from dpaccount._numeric import check_delta, check_float_delta
 from dpaccount.charges import CHARGE_TYPES, Atom, Charge, Repeated, atoms, cost_of, shown
-from dpaccount.costs import PrivacyCost
+from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import ConfigError, UnsupportedChargeError
 
-__all__ = ["DeclaredPlan", "as_charges"]
+__all__ = ["BUDGET_CACHE", "DeclaredPlan", "as_charges", "target_delta_of"]
+
+#: How many budgets a filter keeps its limits for.
+BUDGET_CACHE = 16
+
+
+def target_delta_of(target_delta: Any, budget: Budget | None, name: str) -> Fraction:
+    """The delta a filter reports at: ``target_delta``, or else the budget's.
+
+    Raises:
+        ConfigError: Neither is given (``name`` is the rule's, for the message).
+        InvalidCostError: Not a delta in [0, 1), or a positive one below 1e-300 (which
+            the floating-point bounds do not support).
+    """
+    if target_delta is None:
+        if budget is None:
+            raise ConfigError(f"the {name} rule needs target_delta (or budget=)")
+        target_delta = budget.delta
+    return check_float_delta(check_delta(target_delta, "target_delta"))
 
 
 class DeclaredPlan:

@@ -141,7 +141,8 @@ def _tight_filters(runs: list[tuple[Any, int]], budget: Budget, relation: Relati
     """The fully adaptive filters of `dpaccount.accounting` that fit a forecast."""
     if budget.delta == 0:
         return []
-    from dpaccount.accounting.rdp import GDPFilterRule, RDPRule
+    from dpaccount.accounting.gdp import GDPFilterRule
+    from dpaccount.accounting.rdp import RDPRule
 
     rules: list[Rule[Any]] = [RDPRule(budget=budget, relation=relation)]
     if runs and all(isinstance(atom, GaussianCharge)

@@ -54,7 +54,7 @@ def _rdp_rule(**options: Any) -> Rule[Any]:
 
 
 def _gdp_rule(**options: Any) -> Rule[Any]:
-    from dpaccount.accounting.rdp import GDPFilterRule
+    from dpaccount.accounting.gdp import GDPFilterRule
 
     return GDPFilterRule(**options)
 

@@ -39,8 +39,8 @@ _KINDS: dict[str, tuple[str, str]] = {
     "basic": ("dpaccount.composition.basic", "BasicState"),
     "filter": ("dpaccount.composition.filters", "FilterState"),
     "plan": ("dpaccount.composition.plans", "PlanState"),
-    "rdp": ("dpaccount.accounting.rdp", "RDPState"),
-    "gdp": ("dpaccount.accounting.rdp", "GDPState"),
+    "rdp": ("dpaccount.accounting.rdp.rule", "RDPState"),
+    "gdp": ("dpaccount.accounting.gdp", "GDPState"),
     "pld": ("dpaccount.accounting.pld", "PLDState"),
 }
 _KIND_OF: dict[tuple[str, str], str] = {where: kind for kind, where in _KINDS.items()}

@@ -15,7 +15,6 @@ from scipy import integrate, optimize, stats
 from dpaccount.accounting.rdp import (
     GDPFilterRule,
     RDPRule,
-    _wor_even_differences,
     discrete_laplace_rdp,
     gaussian_rdp,
     gaussian_zcdp,
@@ -27,6 +26,7 @@ from dpaccount.accounting.rdp import (
     wor_subsampled_gaussian_rdp,
     zcdp_epsilon,
 )
+from dpaccount.accounting.rdp.subsampled import _wor_even_differences
 from dpaccount.charges import GaussianCharge, LaplaceCharge, Repeated, Scheme, Subsampled
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import ConfigError, InvalidCostError, UnsupportedChargeError
@@ -318,7 +318,8 @@ def test_laplace_mechanism_charges_get_the_discrete_laplace_curve() -> None:
 def test_plan_grid_interpolation_bounds_the_exact_fractional_orders(q: float, sigma: float) -> None:
     # A declared plan's grid interpolates the subsampled Gaussian's cumulant between
     # integer orders (convexity); the result must lie above the exact value (quadrature).
-    from dpaccount.accounting.rdp import DEFAULT_ORDERS, _atom_values
+    from dpaccount.accounting.rdp import DEFAULT_ORDERS
+    from dpaccount.accounting.rdp.charge_curves import _atom_values
     from dpaccount.charges import Relation
 
     charge = Subsampled(GaussianCharge(sigma, 1, 1), q, Scheme.POISSON)
@@ -332,7 +333,8 @@ def test_plan_grid_interpolation_bounds_the_exact_fractional_orders(q: float, si
 def test_plan_epsilon_is_as_tight_as_the_exact_grid() -> None:
     # DP-SGD MNIST: the plan's epsilon (interpolated grid, then exact orders around the
     # optimum) against every order of the grid evaluated exactly (the old way)
-    from dpaccount.accounting.rdp import DEFAULT_ORDERS, _refined_epsilon
+    from dpaccount.accounting.rdp import DEFAULT_ORDERS
+    from dpaccount.accounting.rdp.conversion import _refined_epsilon
 
     q, sigma, steps = 256 / 60000, 1.1, 14063
     charge = Subsampled(GaussianCharge(sigma, 1, 1), q, Scheme.POISSON)

@@ -20,11 +20,11 @@ from dpaccount.accounting.pld import PLDRule
 from dpaccount.accounting.rdp import (
     DEFAULT_ORDERS,
     SGM_INTEGER_ORDERS,
-    _refined_epsilon,
-    _sgm_integer_rdp,
     sgm_epsilon,
     subsampled_gaussian_rdp,
 )
+from dpaccount.accounting.rdp.conversion import _refined_epsilon
+from dpaccount.accounting.rdp.subsampled import _sgm_integer_rdp
 from dpaccount.charges import GaussianCharge, Repeated
 from dpaccount.composition.base import Adaptivity
 from dpaccount.costs import Budget, PrivacyCost
