@@ -29,7 +29,7 @@ from scipy import stats
 
 from dpaccount import Accountant, Budget
 from dpaccount.accounting import PrivacyLossDistribution
-from dpaccount.accounting._pairs import (
+from dpaccount.accounting.pld.subsampled import (
     SubsampledGaussianPair,
     SubsampledLaplacePair,
     SymmetrisedPair,

@@ -32,7 +32,7 @@ import math
 import numpy as np
 from scipy import fft
 
-from dpaccount.accounting._pairs import Array, Pair, UpperPair
+from dpaccount.accounting.pld.pairs import Array, Pair, UpperPair
 
 #: Block length factor of `decayed_suffix_sums`: within a block the weights stay in
 #: [e^-30, 1], so no product of a mass and a weight underflows before 1e-295.
