@@ -1,10 +1,15 @@
-"""Tight accounting engines: privacy loss distributions (PLD) and Renyi DP (RDP).
+"""Tight accounting engines: privacy loss distributions (PLD), Renyi DP (RDP), Gaussian DP.
 
 | rule | proven for | theorem |
 |---|---|---|
 | ``pld`` | adaptive mechanisms, declared plan | Dong-Roth-Su 2019 Thm 3.2; Zhu-Dong-Wang 2022 |
 | ``rdp`` | fully adaptive (Renyi filter) | Feldman-Zrnic 2021 Thm 3.1 |
 | ``gdp`` | fully adaptive, plain Gaussians | Smith-Thakurta 2022 Thm 1.1 |
+
+The engines live in `dpaccount.accounting.pld` and `dpaccount.accounting.rdp`
+(packages, one concept a module), `dpaccount.accounting.gdp` and
+`dpaccount.accounting.dpsgd`; they import from `dpaccount.composition` only the rule
+interface, and are named by the registry there (`dpaccount.composition.RULES`).
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,4 +1,8 @@
-"""Choosing the tightest valid rule, the rule registry, and composition by name.
+"""Choosing the tightest valid rule, and the closed-form rules by name.
+
+`REGISTRY` and `build_rule()` build the closed-form rules (and ``best``) by name,
+`compose_by_name()` composes a cost with one; every name a ledger may give is in
+`dpaccount.composition.registry.RULES`, which builds on `REGISTRY`.
 
 `best_rule()` picks, once and for all when a ledger is created, the rule that is
 tightest *among those proven for the declared adaptivity*:

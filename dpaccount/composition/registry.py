@@ -9,9 +9,9 @@ tight engines' rules (``pld``, ``rdp``, ``gdp``) live in `dpaccount.accounting` 
 imported when first built: the PLD engine imports scipy.fft, about 90 ms, which a ledger
 on another rule never pays.
 
-The registry sits above both rule packages: `dpaccount.accounting` imports only
-`dpaccount.composition.base` from here, and only this module and
-`dpaccount.composition.best` import `dpaccount.accounting` (inside functions).
+The registry sits above both rule packages: the engines import from composition only
+the rule interface (`dpaccount.composition.base`, and `.states`), and only this module
+and `dpaccount.composition.best` import the engines, inside functions.
 
 Examples:
     >>> make_rule("filter", delta_slack="1e-6").name
@@ -75,7 +75,7 @@ RELATION_RULES = frozenset({"best", "pld", "rdp"})
 
 
 def register_rule(name: str, factory: Any) -> None:
-    """Add a rule factory under ``name`` (used by `dpaccount.accounting`)."""
+    """Add a rule factory under ``name`` (for a rule defined outside dpaccount)."""
     RULES[name] = factory
 
 
