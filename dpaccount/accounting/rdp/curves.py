@@ -217,7 +217,9 @@ def bounded_range_rdp(epsilon: Any, alpha: float) -> float:
     h = order * t + log_inner
     slope = order - one_minus_c * math.exp(t - eps) / (scale * inner)
     tangent = max(-slope * t, slope * (eps - t), 0.0)
-    allowance = 16 * 2.0**-52 * (abs(order * t) + abs(log_inner) + tangent + 1e-300)
+    # ln(inner) is off by the relative rounding of inner (a few u, absolute in the log,
+    # however small ln(inner) is) plus u |ln(inner)|: hence the 1.
+    allowance = 16 * 2.0**-52 * (abs(order * t) + abs(log_inner) + tangent + 1.0)
     value = (h + tangent + allowance) / order
     zcdp = a * eps * eps / 8 * (1 + 1e-15)
     return _push(min(max(value, 0.0), zcdp, eps))
