@@ -26,48 +26,28 @@ parameters (a privacy filter: Rogers, Roth, Ullman and Vadhan 2016, Thm 3.6, for
 basic rule; each rule's docstring for the others). So a block's ledger must use a fully
 adaptive rule; `BlockLedgers` refuses a fixed-plan rule.
 
-Both use `charge_together`, which needs all the ledgers in one database (one SQLite file,
-or one PostgreSQL schema), or all in memory in one process.
+Both use the joint protocol (`dpaccount.accountant.joint`, also as `charge_together`),
+which needs all the ledgers in one database (one SQLite file, or one PostgreSQL schema),
+or all in memory in one process.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
-from dpaccount.accountant import Accountant, _revalidate, check_text
-from dpaccount.charges import Charge, Relation, cost_of
+from dpaccount.accountant import Accountant, charge_jointly
+from dpaccount.charges import Charge, Relation
 from dpaccount.composition.base import Adaptivity
 from dpaccount.costs import Budget
-from dpaccount.errors import (
-    BudgetExceededError,
-    ConfigError,
-    LedgerConflictError,
-    LedgerCorruptError,
-    ReadOnlyLedgerError,
-)
+from dpaccount.errors import ConfigError
 from dpaccount.keys import LedgerKey
+from dpaccount.ledgers import open_ledger
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerRecord, check_ledger_name
-from dpaccount.storage.base import GroupAppend
 from dpaccount.storage.memory import MemoryStore
 
 __all__ = ["BlockLedgers", "charge_together", "sub_budget"]
-
-#: How many ancestors a sub-budget may have (a cycle in stored parents is corruption).
-MAX_DEPTH = 32
-
-
-def _database(acct: Accountant) -> tuple[Any, ...]:
-    store: Any = acct.store
-    if isinstance(store, MemoryStore):
-        return ("memory",)
-    path = getattr(store, "path", None)
-    if path is not None:
-        return ("sqlite", os.path.realpath(path))
-    return ("postgresql", getattr(store, "_conninfo", None), getattr(store, "schema", None))
 
 
 def charge_together(accountants: Sequence[Accountant], charge: Charge | Mechanism, *,
@@ -78,7 +58,8 @@ def charge_together(accountants: Sequence[Accountant], charge: Charge | Mechanis
     Each ledger decides under its own rule and budget (folding in what other writers
     appended, under the database's lock); the charge is recorded in all of them in one
     transaction only if all admit it. Concurrent writers on other processes or machines
-    are serialised by the database as for single charges.
+    are serialised by the database as for single charges. This is the joint protocol of
+    `dpaccount.accountant.joint`, which a sub-budget's own charges also take.
 
     Returns:
         The stored records, one per accountant, in the order given.
@@ -92,132 +73,7 @@ def charge_together(accountants: Sequence[Accountant], charge: Charge | Mechanis
     """
     if not accountants:
         raise ConfigError("charge_together needs at least one ledger")
-    names = [acct._meta.name for acct in accountants]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"the same ledger appears twice in {names}")
-    databases = {_database(acct) for acct in accountants}
-    if len(databases) != 1:
-        raise ConfigError(
-            f"ledgers {names} are not in one database: a charge to several ledgers is "
-            "atomic only within one SQLite file, one PostgreSQL schema or one process"
-        )
-    for acct in accountants:
-        if acct._read_only:
-            raise ReadOnlyLedgerError(f"ledger {acct._meta.name!r} was opened read-only; "
-                                      "nothing was charged")
-    charges = [acct._as_charge(charge) for acct in accountants]
-    cost = cost_of(charges[0])
-    _revalidate(cost)
-    check_text(label, "label")
-    check_text(query_id, "query_id")
-    ordered = sorted(accountants, key=lambda a: a._meta.name)
-    for acct in ordered:
-        acct._lock.acquire()
-    try:
-        return _charge_locked(accountants, charges, label, query_id)
-    finally:
-        for acct in reversed(ordered):
-            acct._lock.release()
-
-
-def _charge_locked(accountants: Sequence[Accountant], charges: list[Charge],
-                   label: str | None, query_id: str | None) -> list[LedgerRecord]:
-    """One decision and append for all (no lost race to retry: the store decides under
-    its lock with what other writers appended, as `DecidingStore` does)."""
-    now = datetime.now(UTC)
-    for acct in accountants:
-        acct._catch_up()
-        if query_id is not None:
-            acct._refuse_duplicate(query_id)
-    records = [
-        LedgerRecord(seq=acct._head, label=label, charge=c, cost=cost_of(c),
-                     rule=acct.rule.name, timestamp=now, query_id=query_id)
-        for acct, c in zip(accountants, charges, strict=True)
-    ]
-    seen: list[dict[str, Any]] = [{} for _ in accountants]
-    if isinstance(accountants[0].store, MemoryStore):
-        admitted = all([acct._decider(c, box)(())
-                        for acct, c, box in zip(accountants, charges, seen, strict=True)])
-        if admitted:
-            for acct, record in zip(accountants, records, strict=True):
-                acct.store.append(acct._head, record)
-        seqs = [acct._head for acct in accountants]
-    else:
-        store: Any = accountants[0].store
-        parts = [GroupAppend(acct._meta.name, acct._head, record,
-                             getattr(acct.store, "_meta_text", None), acct._decider(c, box))
-                 for acct, record, c, box in zip(accountants, records, charges, seen,
-                                                 strict=True)]
-        try:
-            results = store.append_group(parts)
-        except LedgerConflictError:
-            for acct in accountants:
-                acct._catch_up()
-                if query_id is not None:
-                    acct._refuse_duplicate(query_id)
-            raise
-        admitted = all(result.appended for result in results)
-        seqs = [result.seq for result in results]
-        for acct, info in zip(accountants, seen, strict=True):
-            acct._state, acct._head = info["state"], info["head"]
-    if not admitted:
-        for acct, info, charge in zip(accountants, seen, charges, strict=True):
-            if not info["fits"]:
-                if not acct.rule.admits(info["new_state"], acct.budget):
-                    refusal = acct._refusal(cost_of(charge), info["new_state"])
-                    raise BudgetExceededError(
-                        refusal.requested, refusal.spent, refusal.budget,
-                        refusal.would_be, refusal.rule, ledger=acct._meta.name,
-                    )
-                acct._refuse_large_delta(cost_of(charge), info["new_state"])
-        raise LedgerCorruptError("a ledger refused a charge that its decision admitted")
-    out = []
-    for acct, info, record, seq in zip(accountants, seen, records, seqs, strict=True):
-        if seq != acct._head:
-            raise LedgerCorruptError(
-                f"ledger {acct._meta.name!r} appended at {seq}, after reporting "
-                f"{acct._head} records", seq=seq)
-        acct._state = info["new_state"]
-        acct._head += 1
-        acct._maybe_snapshot()
-        out.append(record if record.seq == seq else _renumbered(record, seq))
-    return out
-
-
-def _renumbered(record: LedgerRecord, seq: int) -> LedgerRecord:
-    import attrs
-
-    return attrs.evolve(record, seq=seq)
-
-
-def link_parents(acct: Accountant, url: str, key: LedgerKey | None) -> None:
-    """Open a sub-budget's ancestors (by name, from the same database) and link them to
-    ``acct``, so that its charges go to all of them or to none.
-
-    Raises:
-        LedgerCorruptError: The stored parents form a cycle or a chain longer than
-            `MAX_DEPTH`.
-        ConfigError: A parent does not exist.
-    """
-    from dpaccount.ledgers import open_ledger
-
-    seen = {acct._meta.name}
-    parent = acct._meta.parent
-    try:
-        while parent is not None:
-            if parent in seen or len(seen) > MAX_DEPTH:
-                raise LedgerCorruptError(
-                    f"ledger {acct._meta.name!r}'s parents form a cycle or a chain longer "
-                    f"than {MAX_DEPTH} ({sorted(seen)})")
-            seen.add(parent)
-            ancestor = open_ledger(url, name=parent, key=key, read_only=acct._read_only)
-            acct._linked.append(ancestor)
-            parent = ancestor._meta.parent
-    except BaseException:
-        for ancestor in acct._linked:
-            ancestor.close()
-        acct._linked.clear()
-        raise
+    return charge_jointly(accountants, charge, label=label, query_id=query_id)
 
 
 def sub_budget(parent: Accountant, name: str, budget: Any, *, rule: str = "basic",
@@ -232,7 +88,7 @@ def sub_budget(parent: Accountant, name: str, budget: Any, *, rule: str = "basic
             (`dpaccount.records.check_ledger_name`) or is the parent's.
     """
     check_ledger_name(name)
-    if name == parent._meta.name:
+    if name == parent.name:
         raise ConfigError(f"a sub-budget needs a name of its own, not its parent's {name!r}")
     if not isinstance(parent.store, MemoryStore):
         raise ConfigError(
@@ -240,8 +96,8 @@ def sub_budget(parent: Accountant, name: str, budget: Any, *, rule: str = "basic
             "budget=..., parent=...), so that the link is stored with it"
         )
     child = Accountant(budget, name=name, rule=rule, relation=parent.relation,
-                       parent=parent._meta.name, **options)
-    child._linked = [parent, *parent._linked]
+                       parent=parent.name, **options)
+    child.link_parents([parent, *parent.parents])
     return child
 
 
@@ -290,8 +146,6 @@ class BlockLedgers:
         if type(block) is not str:  # (before it is looked up: a list is not hashable)
             raise ConfigError(f"a block is named by a str, not {type(block).__name__}")
         if block not in self._open:
-            from dpaccount.ledgers import open_ledger
-
             if "/" in block:
                 raise ConfigError("a block's name cannot hold '/' (it separates the stream "
                                   "from the block in the ledger's name)")

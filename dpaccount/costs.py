@@ -26,7 +26,7 @@ import attrs
 from dpaccount._numeric import ZERO, at_most, check_delta, check_epsilon, float_up
 from dpaccount.errors import InvalidCostError
 
-__all__ = ["Budget", "PrivacyCost", "format_number", "trusted_cost"]
+__all__ = ["Budget", "PrivacyCost", "as_budget", "format_number", "trusted_cost"]
 
 
 def format_number(value: Fraction | None) -> str:
@@ -290,3 +290,25 @@ class Budget:
 
     def __str__(self) -> str:
         return f"({_shown('ε', self.epsilon, False)}, {_shown('δ', self.delta, False)})"
+
+
+def as_budget(value: Any) -> Budget:
+    """``value`` as a `Budget`: a Budget as is, a `PrivacyCost` as its (ε, δ), an
+    ``(epsilon, delta)`` tuple, or a number (epsilon only).
+
+    Examples:
+        >>> as_budget((1, "1e-6"))
+        Budget(epsilon=1, delta=1e-06)
+        >>> as_budget(PrivacyCost("0.5"))
+        Budget(epsilon=0.5, delta=0)
+
+    Raises:
+        InvalidCostError: Not a valid budget.
+    """
+    if isinstance(value, Budget):
+        return value
+    if isinstance(value, PrivacyCost):
+        return Budget(value.epsilon, value.delta)
+    if isinstance(value, tuple) and len(value) == 2:
+        return Budget(*value)
+    return Budget(value)

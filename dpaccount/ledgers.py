@@ -40,9 +40,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from dpaccount.accountant import Accountant, _as_budget, ledger_settings
+from dpaccount.accountant import Accountant, ledger_settings
 from dpaccount.charges import Relation
 from dpaccount.composition import Rule, rule_from_description
+from dpaccount.costs import as_budget
 from dpaccount.errors import ConfigError, LedgerCorruptError, StorageError
 from dpaccount.keys import LedgerKey
 from dpaccount.records import (
@@ -323,7 +324,7 @@ def open_ledger(
             _require_ledger(url, parent, key)
         if migrate and not isinstance(store, MemoryStore):
             _, meta = ledger_settings(
-                name, _as_budget(budget), rule, relation, plan, rule_options, dataset_size
+                name, as_budget(budget), rule, relation, plan, rule_options, dataset_size
             )
             migrate_to = getattr(store, "migrate", None)
             if migrate_to is None:
@@ -341,16 +342,47 @@ def open_ledger(
             dataset_size=dataset_size,
             parent=parent,
         )
-        if acct._meta.parent is not None:
-            from dpaccount.budgets import link_parents
-
-            link_parents(acct, url, key)
+        if acct.meta.parent is not None:
+            _link_parents(acct, url, key)
         if checkpoint is not None:
             check_checkpoint_file(store, acct.records, checkpoint, name)
         return acct
     except BaseException:
         store.close()
         raise
+
+
+#: How many ancestors a sub-budget may have (a cycle in stored parents is corruption).
+MAX_DEPTH = 32
+
+
+def _link_parents(acct: Accountant, url: str, key: LedgerKey | None) -> None:
+    """Open a sub-budget's ancestors (by name, from the same database) and link them to
+    ``acct``, so that its charges go to all of them or to none.
+
+    Raises:
+        LedgerCorruptError: The stored parents form a cycle or a chain longer than
+            `MAX_DEPTH`.
+        ConfigError: A parent does not exist.
+    """
+    seen = {acct.name}
+    parent = acct.meta.parent
+    ancestors: list[Accountant] = []
+    try:
+        while parent is not None:
+            if parent in seen or len(seen) > MAX_DEPTH:
+                raise LedgerCorruptError(
+                    f"ledger {acct.name!r}'s parents form a cycle or a chain longer "
+                    f"than {MAX_DEPTH} ({sorted(seen)})")
+            seen.add(parent)
+            ancestor = open_ledger(url, name=parent, key=key, read_only=acct.read_only)
+            ancestors.append(ancestor)
+            parent = ancestor.meta.parent
+    except BaseException:
+        for ancestor in ancestors:
+            ancestor.close()
+        raise
+    acct.link_parents(ancestors)
 
 
 def _require_ledger(url: str, name: str, key: LedgerKey | None) -> None:

@@ -38,7 +38,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpaccount._numeric import check_count, check_delta, float_down, float_up
-from dpaccount.accountant import Accountant, _as_budget
+from dpaccount.accountant import Accountant
 from dpaccount.accounting.dpsgd import dpsgd_step_charge
 from dpaccount.accounting.pld import DEFAULT_INTERVAL, PLDRule, compose_plan
 from dpaccount.accounting.rdp import sgm_epsilon
@@ -50,7 +50,7 @@ from dpaccount.charges import (
     Subsampled,
     cost_of,
 )
-from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.costs import Budget, PrivacyCost, as_budget
 from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
@@ -127,7 +127,7 @@ def max_planned_steps(*, noise_multiplier: Any, sampling_rate: Any, budget: Any)
         ...                   budget=(1, "1e-5"))
         254
     """
-    the_budget = _as_budget(budget)
+    the_budget = as_budget(budget)
     step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
     if not _plan_fits(step, 1, the_budget):
         return 0
@@ -225,7 +225,7 @@ class TrainingLedger:
             raise ConfigError("a training ledger opened by URL needs budget=")
         if rule not in ("pld", "rdp"):
             raise ConfigError(f"unknown training rule {rule!r}; use 'pld' or 'rdp'")
-        self._url, self._name, self._budget, self._rule = ledger, name, _as_budget(budget), rule
+        self._url, self._name, self._budget, self._rule = ledger, name, as_budget(budget), rule
         self._steps = None if steps is None else check_count(steps, "steps")
         self._taken = self._count_taken()
         if rule == "rdp":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import threading
 from collections.abc import Sequence
@@ -605,6 +606,19 @@ class PostgresStore(PostgresAppends):
                           if (name, function) not in standing)
 
         return self._call(get)
+
+    @property
+    def meta_text(self) -> str | None:
+        """The stored settings (JSON text) this store opened its ledger under; an append
+        that names them fails closed if they changed since (`GroupAppend.settings`)."""
+        return self._meta_text
+
+    @property
+    def database(self) -> str:
+        """Which server and database this store is connected to, as a digest of its
+        connection string (two stores with the same digest share one database; the
+        connection string itself, which may hold a password, is never shown)."""
+        return hashlib.sha256(self._conninfo.encode()).hexdigest()[:16]
 
     def __repr__(self) -> str:
         return f"PostgresStore(name={self.name!r}, schema={self.schema!r})"
