@@ -156,3 +156,111 @@ def test_only_the_registry_imports_the_engines_and_only_when_used() -> None:
                  if m.startswith("dpaccount.accounting")}
         assert not eager, f"{me} imports {sorted(eager)} at import time, not when used"
     assert importers == set(REGISTRY_MODULES)  # both still build the engines' rules
+
+
+# -- no circles, no private reaches, modules a newcomer can hold in mind ---------------
+
+#: The longest module (lines). Split a module along the concepts it holds before this.
+MAX_MODULE_LINES = 600
+#: Names an object of the accountant's family is commonly bound to: a private attribute
+#: reached through one of them outside the accountant package is a reach into another
+#: object's internals (make a public seam instead).
+ACCOUNTANT_NAMES = ("acct", "accountant", "parent", "child", "ledger")
+
+
+def _outside_type_checking(tree: ast.AST) -> list[ast.stmt]:
+    """Every import statement of ``tree``, lazy ones (in functions) included, except
+    those under ``if TYPE_CHECKING:``."""
+    found: list[ast.stmt] = []
+
+    def walk(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    walk(other)
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                found.append(child)
+            walk(child)
+
+    walk(tree)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the dpaccount modules it imports. A package's ``__init__`` depends on
+    the submodules it re-exports: importing the package runs them, so a submodule that
+    imports its own package (or a module that imports it back) is a circle too."""
+    known = {module_name(p) for p in MODULES}
+    graph: dict[str, set[str]] = {}
+    for path in MODULES:
+        me = module_name(path)
+        edges: set[str] = set()
+        for node in _outside_type_checking(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(a.name for a in node.names if a.name in known)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    edges.add(full if full in known else node.module)
+        graph[me] = {e for e in edges if e in known and e != me}
+    return graph
+
+
+def test_no_import_circles_lazy_imports_included() -> None:
+    graph = _import_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for imported in sorted(graph[module]):
+            if state.get(imported) == 1:
+                circle = [*path[path.index(imported):], imported]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if imported not in state:
+                visit(imported)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def _parent_package(module: str, is_package: bool) -> str:
+    return module if is_package else module.rsplit(".", 1)[0]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_no_reach_into_another_packages_private_names(path: Path) -> None:
+    me = module_name(path)
+    mine = _parent_package(me, path.name == "__init__.py")
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and \
+                node.module.split(".")[0] == "dpaccount":
+            theirs = node.module.rsplit(".", 1)[0]
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                assert not (private and theirs != mine and node.module != mine), (
+                    f"{me} imports {node.module}.{alias.name}: a private name of another "
+                    "package; make it public API of its owner (or move it)"
+                )
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and \
+                not node.attr.startswith("__") and isinstance(node.value, ast.Name) and \
+                node.value.id in ACCOUNTANT_NAMES and not me.startswith("dpaccount.accountant"):
+            raise AssertionError(
+                f"{me} reaches {node.value.id}.{node.attr}: another object's private "
+                "attribute; use (or add) a public method of the accountant"
+            )
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: module_name(p))
+def test_modules_stay_small_enough_to_hold_in_mind(path: Path) -> None:
+    lines = path.read_text().count("\n")
+    assert lines <= MAX_MODULE_LINES, (
+        f"{module_name(path)} has {lines} lines: split it along the concepts it holds "
+        f"(at most {MAX_MODULE_LINES})"
+    )
