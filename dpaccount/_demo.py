@@ -21,7 +21,7 @@ import numpy as np
 from dpaccount.accountant import Accountant
 from dpaccount.costs import Budget
 from dpaccount.errors import BudgetExceededError, ConfigError
-from dpaccount.ledgers import open_ledger
+from dpaccount.ledgers import open_ledger, redact_url
 from dpaccount.mechanisms import GaussianMechanism, LaplaceMechanism
 from dpaccount.mechanisms.base import Mechanism
 
@@ -154,5 +154,5 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
     acct = open_ledger(url, name="demo", budget=DEMO_BUDGET)
-    print(f"ledger: {url} (name 'demo')")
+    print(f"ledger: {redact_url(url)} (name 'demo')")
     return run_demo(acct)

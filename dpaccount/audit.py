@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from dpaccount._redact import redact
 from dpaccount.composition import rule_from_description
 from dpaccount.composition.base import Rule, count_distinct
 from dpaccount.composition.basic import BasicRule
@@ -483,9 +484,12 @@ def html_report(ledgers: Sequence[tuple[LedgerMeta, Sequence[LedgerRecord], str]
 
     Args:
         ledgers: (settings, records, verification status) of each ledger.
-        title: The page's title (e.g. the database, with any password redacted).
+        title: The page's title (e.g. the database); it goes through the one
+            redaction (`dpaccount._redact.redact`), so a password in a URL in it is
+            shown as ``***``.
         by: Group charges by ``"label"`` or ``"job"``.
     """
+    title = redact(title)
     generated = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     sections = "".join(_ledger_section(meta, records, by, status)
                        for meta, records, status in ledgers)

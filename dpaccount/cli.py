@@ -2,6 +2,10 @@
 
 Subcommands: ``demo``; ``compose`` (compose k equal queries with a named rule and say
 which theorem was used); ``plot composition``; ``ledger show|verify|export|report``.
+
+A failure is one line on standard error and exit status 2 (never a traceback for a file
+that cannot be read or written); every such line goes through the one redaction
+(`dpaccount.ledger_cli.error_line`), so a password in a ledger URL is printed as ``***``.
 """
 
 from __future__ import annotations
@@ -116,9 +120,9 @@ def _cmd_plot_composition(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from dpaccount._demo import add_demo_command
-    from dpaccount.ledger_cli import add_ledger_commands
+    from dpaccount.ledger_cli import RedactingArgumentParser, add_ledger_commands
 
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = RedactingArgumentParser(
         prog="dpaccount", description="A differential-privacy budget guard."
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -133,17 +137,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from dpaccount.ledger_cli import error_line
+
     try:
         status: int = args.func(args)
-    except DPAccountError as exc:
-        print(f"dpaccount: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:  # a missing optional extra names its install command
-        print(f"dpaccount: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into `head` and closed early
         sys.stderr.close()
         return 0
+    # ImportError: a missing optional extra names its install command; OSError: a file
+    # a command reads or writes (plot --output, ...), one line and never a traceback
+    except (DPAccountError, ImportError, OSError) as exc:
+        print(error_line(exc), file=sys.stderr)
+        return 2
     return status
 
 

@@ -116,7 +116,8 @@ class LedgerKey:
                 raw = stream.read(_MAX_KEY_FILE_BYTES + 1)
         except OSError as exc:
             raise ConfigError(f"cannot read the ledger key file {os.fspath(path)!r}: "
-                              f"{exc.strerror}") from None
+                              f"{exc.strerror}; give the file that holds this ledger's "
+                              "key (`dpaccount ledger keygen` wrote it)") from None
         if len(raw) > _MAX_KEY_FILE_BYTES:
             raise ConfigError(f"{os.fspath(path)!r} is too long to be a ledger key file")
         try:

@@ -8,6 +8,11 @@ are opened read-only. Files are written with ``--output``. ``verify`` exits 0 wh
 ledger (or an export, ``--export FILE``, checked offline) is intact and 1, naming the
 first bad record, when it is not, or when its records spend more than its budget.
 ``keygen`` writes a new random key file (0600).
+
+A failure is one line on standard error and exit status 2, never a traceback: it names
+the file or option and what to do. Every error line, and every line that names the
+database, goes through the one redaction (`dpaccount._redact`): a password in the URL,
+in a libpq keyword/value string or in a shell fragment is printed as ``***``.
 """
 
 from __future__ import annotations
@@ -15,17 +20,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import errno
 import fnmatch
 import gc
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from fractions import Fraction
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import attrs
 
+from dpaccount._redact import redact
 from dpaccount.audit import (
     check_snapshot_states,
     export_document,
@@ -47,7 +56,25 @@ from dpaccount.keys import LedgerKey
 from dpaccount.ledgers import check_checkpoint, make_checkpoint, open_store, redact_url
 from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
 
-__all__ = ["add_ledger_commands", "ledger_main"]
+__all__ = ["RedactingArgumentParser", "add_ledger_commands", "describe_os_error",
+           "error_line", "ledger_main"]
+
+#: The suffixes ``ledger report --output`` writes: a page, or an image (dpaccount[plot]).
+REPORT_PAGE_SUFFIXES = (".html", ".htm")
+REPORT_IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+class RedactingArgumentParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors name no secret: arguments it does not
+    recognise are not echoed (an unquoted ``password=a b`` arrives as two of them), and
+    the rest of its messages go through `dpaccount._redact.redact`."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and the redacted message; exit with status 2."""
+        if message.startswith("unrecognized arguments"):
+            message = ("unrecognized arguments (not shown: they may hold a password); give "
+                       "a URL or connection string as one quoted argument")
+        super().error(redact(message))
 
 
 def add_ledger_commands(subparsers: Any) -> None:
@@ -125,16 +152,34 @@ def ledger_main(argv: Sequence[str] | None = None, out: TextIO | None = None) ->
     Returns:
         The exit status: 0 on success, 1 for a corrupt ledger, 2 for other errors.
     """
-    parser = argparse.ArgumentParser(prog="dpaccount")
+    parser = RedactingArgumentParser(prog="dpaccount")
     add_ledger_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     args.stdout = out
     try:
         status: int = args.func(args)
-    except DPAccountError as exc:
-        print(f"dpaccount: {exc}", file=sys.stderr)
+    except BrokenPipeError:  # output piped into `head` and closed early
+        return 0
+    # OSError: a file the command reads or writes (never a traceback). A missing extra's
+    # ImportError goes to the caller (`dpaccount.cli.main` prints its one line).
+    except (DPAccountError, OSError) as exc:
+        print(error_line(exc), file=sys.stderr)
         return 2
     return status
+
+
+def error_line(exc: BaseException) -> str:
+    """The one line a command prints for a failure: ``dpaccount: <message>``, redacted
+    (`dpaccount._redact.redact`: a password in it is shown as ``***``) and on one line
+    (a driver's message can span several)."""
+    text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+    return "dpaccount: " + " ".join(redact(text).split())
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for an operating system error: what failed, on which file."""
+    text = exc.strerror or str(exc) or type(exc).__name__
+    return f"{text}: {os.fspath(exc.filename)!r}" if exc.filename is not None else text
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -148,6 +193,75 @@ def _out(args: argparse.Namespace) -> TextIO:
 def _key(args: argparse.Namespace) -> LedgerKey | None:
     path = getattr(args, "key_file", None)
     return LedgerKey.from_file(path) if path else LedgerKey.from_env()
+
+
+def _cannot_write(path: str, option: str, code: int | None, reason: str | None = None,
+                  started: bool = False) -> ConfigError:
+    """The one-line error for an output file that cannot be written, with what to do."""
+    folder = os.path.dirname(os.path.abspath(path))
+    hints = {
+        errno.ENOENT: f"the folder {folder!r} does not exist: create it first, or give "
+                      f"another {option}",
+        errno.EISDIR: f"it is a folder: give {option} a file name",
+        errno.ENOTDIR: f"a part of its folder is a file, not a folder: give another {option}",
+        errno.EACCES: f"you may not write there: give another {option}",
+        errno.EPERM: f"you may not write there: give another {option}",
+        errno.EROFS: f"the file system is read-only: give another {option}",
+        errno.ENOSPC: f"the disk is full: free some space, or give another {option}",
+    }
+    hint = hints.get(code or 0, f"give another {option}")
+    if started:
+        hint += "; what was written is incomplete: delete it"
+    reason = reason or (os.strerror(code) if code else "it cannot be written")
+    return ConfigError(f"cannot write {option} {path!r}: {reason}; {hint}")
+
+
+def _check_output(path: str, option: str) -> None:
+    """Refuse an output file that cannot be written before the ledger is loaded: a
+    folder, or a file in a folder that does not exist."""
+    target = os.path.abspath(path)
+    if os.path.isdir(target):
+        raise _cannot_write(path, option, errno.EISDIR)
+    try:
+        folder = os.stat(os.path.dirname(target))
+    except OSError as exc:  # ENOENT: a missing folder; ENOTDIR: a file on the way
+        code = exc.errno
+    else:
+        code = None if stat.S_ISDIR(folder.st_mode) else errno.ENOTDIR
+    if code is not None:
+        raise _cannot_write(path, option, code)
+
+
+@contextlib.contextmanager
+def _writing(path: str, option: str, newline: str | None = None) -> Iterator[TextIO]:
+    """The output file, open for writing; an OSError opening, writing or closing it
+    becomes the one-line `_cannot_write` error."""
+    try:
+        stream = open(path, "w", encoding="utf-8", newline=newline)  # noqa: SIM115
+    except OSError as exc:
+        raise _cannot_write(path, option, exc.errno, exc.strerror) from None
+    try:
+        with stream:
+            yield stream
+    except OSError as exc:
+        raise _cannot_write(path, option, exc.errno, exc.strerror, started=True) from None
+
+
+def _read_json(path: str, what: str, hint: str) -> Any:
+    """The JSON document in the file ``path`` (an export, a checkpoint), or a one-line
+    ConfigError naming the file and what to do."""
+    try:
+        with open(path, encoding="utf-8") as stream:
+            return json.load(stream)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the {what} {path!r}: {exc.strerror}; {hint}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"the {what} {path!r} is not UTF-8 text; {hint}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"the {what} {path!r} is not JSON ({exc.msg} at line {exc.lineno}); "
+                          f"{hint}") from None
+    except (ValueError, RecursionError):  # a number too long, nesting too deep
+        raise ConfigError(f"the {what} {path!r} is not JSON that can be read; {hint}") from None
 
 
 @attrs.frozen
@@ -331,11 +445,8 @@ def _verify(args: argparse.Namespace) -> int:
     where = f"at {redact_url(args.url)}" if args.url else f"in {args.export!r}"
     try:
         if args.export:
-            try:
-                with open(args.export, encoding="utf-8") as stream:
-                    document = json.load(stream)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot read the export {args.export!r}: {exc}") from None
+            document = _read_json(args.export, "export", "give the file `dpaccount ledger "
+                                  "export --format json` wrote")
             check = verify_export(document, key=_key(args))
             meta, records, tip, history = check.meta, list(check.records), check.tip, None
         else:
@@ -343,18 +454,15 @@ def _verify(args: argparse.Namespace) -> int:
             meta, records, tip, history = (loaded.meta, loaded.records, loaded.tip,
                                            loaded.history)
         if args.checkpoint:
-            try:
-                with open(args.checkpoint, encoding="utf-8") as stream:
-                    point = json.load(stream)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"cannot read the checkpoint file {args.checkpoint!r}: "
-                                  f"{exc}") from None
+            hint = "give the file `dpaccount ledger checkpoint --output` wrote"
+            point = _read_json(args.checkpoint, "checkpoint file", hint)
             if not isinstance(point, dict):
-                raise ConfigError("the checkpoint file is not a dpaccount head checkpoint")
+                raise ConfigError(f"the checkpoint file {args.checkpoint!r} is not a "
+                                  f"dpaccount head checkpoint; {hint}")
             check_checkpoint(records, point, meta.name, key=_key(args), history=history)
     except LedgerCorruptError as exc:
         first = "" if exc.seq is None else f" first bad record: {exc.seq};"
-        print(f"CORRUPT: ledger {args.name!r} {where}:{first} {exc}", file=out)
+        print(f"CORRUPT: ledger {args.name!r} {where}:{first} {redact(str(exc))}", file=out)
         return 1
     spend = spend_over_time(meta, records, points=1)
     if not spend.spent.fits(meta.budget):
@@ -369,10 +477,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
+    _check_output(args.output, "--output")
     loaded = _load(args)
     point = make_checkpoint(loaded.records, loaded.meta.name, key=_key(args),
                             history=loaded.history)
-    with open(args.output, "w", encoding="utf-8") as stream:
+    with _writing(args.output, "--output") as stream:
         json.dump(point, stream, indent=2, sort_keys=True)
         stream.write("\n")
     print(f"wrote {args.output}: ledger {loaded.meta.name!r}, {point['head']} records, last "
@@ -381,6 +490,13 @@ def _checkpoint(args: argparse.Namespace) -> int:
 
 
 def _keygen(args: argparse.Namespace) -> int:
+    if os.path.lexists(args.output):
+        raise ConfigError(
+            f"--output {args.output!r} exists, and a key file is never overwritten: give a "
+            "new file name (and keep the old key: a ledger keyed with it cannot be verified "
+            "or written without it)"
+        )
+    _check_output(args.output, "--output")
     key = LedgerKey.generate()
     key.write(args.output)
     print(f"wrote {args.output}: a new ledger key, id {key.key_id} (readable by you only; "
@@ -390,12 +506,13 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    if args.output:
+        _check_output(args.output, "--output")
     loaded = _load(args, rows=True)
     assert loaded.rows is not None
     record_rows, history = loaded.rows
-    target: TextIO = (open(args.output, "w", newline="", encoding="utf-8")  # noqa: SIM115
-                      if args.output else _out(args))
-    try:
+    with (_writing(args.output, "--output", newline="") if args.output
+          else contextlib.nullcontext(_out(args))) as target:
         if args.format == "json":
             json.dump(export_document(loaded.meta, record_rows, history), target,
                       indent=1, sort_keys=True)
@@ -415,13 +532,17 @@ def _export(args: argparse.Namespace) -> int:
                     json.dumps(encoded["charge"], sort_keys=True, separators=(",", ":")),
                     row[2], row[3],
                 ])
-    finally:
-        if args.output:
-            target.close()
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
+    suffix = os.path.splitext(str(args.output))[1].lower()
+    if suffix not in REPORT_PAGE_SUFFIXES + REPORT_IMAGE_SUFFIXES:
+        raise ConfigError(
+            f"--output {args.output!r}: a report is a page (.html) or an image (.png, .svg, "
+            f".pdf), not {suffix or 'a file without a suffix'}; give a file name ending in one"
+        )
+    _check_output(args.output, "--output")
     names = _names(args) if args.all else [args.name]
     ledgers = []
     for name in names:
@@ -431,13 +552,16 @@ def _report(args: argparse.Namespace) -> int:
                         f"{len(loaded.records)} intact records"))
     if not ledgers:
         raise StorageError(f"there are no ledgers at {redact_url(args.url)}")
-    if str(args.output).lower().endswith((".html", ".htm")):
+    if suffix in REPORT_PAGE_SUFFIXES:
         page = html_report(ledgers, title=f"dpaccount ledgers at {redact_url(args.url)}",
                            by=args.by)
-        with open(args.output, "w", encoding="utf-8") as stream:
+        with _writing(args.output, "--output") as stream:
             stream.write(page)
     else:
-        _plot(ledgers, args.by, args.output)
+        try:
+            _plot(ledgers, args.by, args.output)
+        except OSError as exc:
+            raise _cannot_write(args.output, "--output", exc.errno, exc.strerror) from None
     print(f"wrote {args.output}", file=_out(args))
     return 0
 

@@ -38,8 +38,9 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
+from dpaccount._redact import redact_libpq, redact_url
 from dpaccount.accountant import Accountant, ledger_settings
 from dpaccount.charges import Relation
 from dpaccount.composition import Rule, rule_from_description
@@ -68,51 +69,55 @@ __all__ = [
 _SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
 
 
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for messages, reprs and output).
-
-    Examples:
-        >>> redact_url("postgresql://alice:s3cret@db.example/ledgers?sslmode=require")
-        'postgresql://alice:***@db.example/ledgers?sslmode=require'
-        >>> redact_url("sqlite:///ledger.db")
-        'sqlite:///ledger.db'
-    """
+def _libpq_check(conninfo: str, options: Mapping[str, str]) -> None:
+    """Refuse options libpq does not know, and a connection string libpq cannot parse
+    (ConfigError, before any connection). libpq's message quotes the part it cannot
+    parse, which may be a piece of the password: it is redacted (`redact_libpq`), and
+    raised outside the ``except`` block so that no exception quoting it is chained."""
     try:
-        parts = urlsplit(str(url))
-    except ValueError:
-        return "<an unparsable URL>"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(key.lower() in ("password", "sslpassword") for key, _ in pairs):
-            query = urlencode([(k, "***" if k.lower() in ("password", "sslpassword") else v)
-                               for k, v in pairs])
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        if ":" in userinfo:
-            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
-    if netloc == parts.netloc and query == parts.query:
-        return str(url)  # nothing secret: keep the URL exactly as written
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def _libpq_options(options: Mapping[str, str]) -> None:
-    """Refuse options libpq does not know (ConfigError, before any connection)."""
-    if not options:
-        return
-    try:
+        import psycopg
         from psycopg import pq
     except ImportError:
         return  # open_store's PostgresStore raises the install hint
-    text = " ".join(f"{key}=''" for key in options)
+    problem = None
     try:
-        pq.Conninfo.parse(text.encode())
-    except Exception as exc:  # libpq names the unknown keyword
+        if options:
+            pq.Conninfo.parse(" ".join(f"{key}=''" for key in options).encode())
+    except (psycopg.Error, ValueError) as exc:  # libpq names the unknown keyword
+        problem = (f"unknown ledger URL option(s) in {sorted(options)}: "
+                   f"{redact_libpq(str(exc), conninfo).strip()}. Allowed: schema, commit, "
+                   "lock_timeout and libpq's connection parameters (sslmode, ...)")
+    else:
+        try:
+            pq.Conninfo.parse(conninfo.encode())
+        except (psycopg.Error, ValueError) as exc:
+            problem = (f"libpq cannot parse the ledger URL {redact_url(conninfo)}: "
+                       f"{redact_libpq(str(exc), conninfo).strip()}; percent-encode the "
+                       "user name and password (urllib.parse.quote(password, safe=''))")
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def _split(url: str) -> SplitResult:
+    """The parts of a ledger URL, or a ConfigError that names no secret."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises ValueError for a port that is no number
+    except ValueError:
+        parts = None  # raised below, outside the except block: ValueError is not chained
+    if parts is None:
         raise ConfigError(
-            f"unknown ledger URL option(s) in {sorted(options)}: {exc}. Allowed: schema, "
-            "commit, lock_timeout and libpq's connection parameters (sslmode, ...)"
-        ) from None
+            f"the ledger URL {redact_url(url)} cannot be parsed (an IPv6 host in [brackets], "
+            "a port that is a number, and a percent-encoded user name and password: "
+            "urllib.parse.quote(password, safe=''))"
+        )
+    if not parts.scheme and "=" in url:
+        raise ConfigError(
+            f"a libpq keyword/value string is not a ledger URL: {redact_url(url)}; write it "
+            "as postgresql://USER@HOST:PORT/DBNAME (the password is best kept out of it, in "
+            "~/.pgpass or PGPASSFILE)"
+        )
+    return parts
 
 
 def _options(query: str, allowed: set[str]) -> dict[str, str]:
@@ -156,7 +161,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
     check_ledger_name(name)
     if not isinstance(url, str):
         raise ConfigError(f"a ledger URL must be a string, not {type(url).__name__}")
-    parts = urlsplit(url)
+    parts = _split(url)
     scheme = parts.scheme.lower()
     if verify not in ("recent", "full"):
         raise ConfigError(f"verify must be 'recent' or 'full', not {verify!r}")
@@ -171,11 +176,11 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
         if parts.netloc:
             raise ConfigError(
                 f"sqlite URLs have no host: use sqlite:///relative.db or "
-                f"sqlite:////absolute.db, not {url!r}"
+                f"sqlite:////absolute.db, not {redact_url(url)}"
             )
         path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
         if not path:
-            raise ConfigError(f"the sqlite URL {url!r} names no file")
+            raise ConfigError(f"the sqlite URL {redact_url(url)} names no file")
         if "\x00" in path:
             raise ConfigError("a sqlite URL's path cannot contain a NUL character (%00)")
         from dpaccount.storage.sqlite import SQLiteStore
@@ -191,10 +196,10 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
         commit = options.pop("commit", "group")
         timeout = _timeout(options)
         options.pop("lock_timeout", None)
-        _libpq_options(options)
-        conninfo = urlunsplit(
-            ("postgresql", parts.netloc, parts.path, urlencode(options), parts.fragment)
-        )
+        # quote_via=quote: libpq decodes %20, not the "+" that urlencode writes for a space
+        conninfo = urlunsplit(("postgresql", parts.netloc, parts.path,
+                               urlencode(options, quote_via=quote), parts.fragment))
+        _libpq_check(conninfo, options)
         from dpaccount.storage.postgres import PostgresStore
 
         return PostgresStore(
@@ -205,7 +210,7 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
             full_verify=verify == "full",
         )
     raise ConfigError(
-        f"unknown ledger URL scheme {parts.scheme!r} in {redact_url(url)!r}; use one of "
+        f"unknown ledger URL scheme {parts.scheme!r} in {redact_url(url)}; use one of "
         "memory://, sqlite:///path.db, postgresql://user@host/db"
     )
 
@@ -328,7 +333,8 @@ def open_ledger(
             )
             migrate_to = getattr(store, "migrate", None)
             if migrate_to is None:
-                raise ConfigError(f"the store behind {url!r} does not support migrations")
+                raise ConfigError(f"the store behind {redact_url(url)} does not support "
+                                  "migrations")
             if getattr(store, "stored_meta", lambda: None)() is not None:
                 migrate_to(meta)
         acct = Accountant(
@@ -522,12 +528,18 @@ def check_checkpoint_file(store: Store, records: Sequence[LedgerRecord],
         ConfigError: The file cannot be read or is not a checkpoint.
         LedgerCorruptError: As `check_checkpoint`.
     """
+    hint = "give the file `dpaccount ledger checkpoint --output` wrote"
     try:
         with open(path, encoding="utf-8") as stream:
             point = json.load(stream)
-    except (OSError, ValueError, RecursionError) as exc:  # (a file nested too deep)
-        raise ConfigError(f"cannot read the checkpoint file {os.fspath(path)!r}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the checkpoint file {os.fspath(path)!r}: "
+                          f"{exc.strerror}; {hint}") from None
+    except (ValueError, RecursionError):  # (RecursionError: a file nested too deep)
+        raise ConfigError(f"the checkpoint file {os.fspath(path)!r} is not JSON; "
+                          f"{hint}") from None
     if not isinstance(point, dict):
-        raise ConfigError("the checkpoint file is not a dpaccount head checkpoint")
+        raise ConfigError(f"the checkpoint file {os.fspath(path)!r} is not a dpaccount "
+                          f"head checkpoint; {hint}")
     check_checkpoint(records, point, name, key=getattr(store, "key", None),
                      history=_history(store))

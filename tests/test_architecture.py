@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dpaccount"
 LAYERS = {
     "dpaccount.errors": 0,
     "dpaccount._numeric": 0,
+    "dpaccount._redact": 0,
     "dpaccount.costs": 0,
     "dpaccount.charges": 0,
     "dpaccount.composition": 1,

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
+from dpaccount._redact import redact_driver_error
 from dpaccount.errors import (
     ConfigError,
     LedgerConflictError,
@@ -159,7 +160,14 @@ class PostgresSession:
             except errors.UniqueViolation as exc:
                 raise LedgerConflictError(f"a concurrent writer recorded first: {exc}") from exc
             except self._pg.Error as exc:
-                raise StorageError(f"PostgreSQL failed for ledger {self.name!r}: {exc}") from exc
+                # libpq's text may quote the connection string: redacted, and chained
+                # only if nothing along its chain quotes a secret.
+                message, chain = redact_driver_error(exc, self._conninfo)
+                if chain:
+                    raise StorageError(
+                        f"PostgreSQL failed for ledger {self.name!r}: {message}"
+                    ) from exc
+            raise StorageError(f"PostgreSQL failed for ledger {self.name!r}: {message}")
 
     def _write(self, body: Callable[[Any], T], serializable: bool = False) -> T:
         self._writable()

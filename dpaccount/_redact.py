@@ -1,0 +1,335 @@
+"""One redaction for every message: credentials out of connection strings, and out of any
+text that embeds one.
+
+Every error, command-line line, report, repr and log line that may quote a ledger URL, a
+libpq connection string or a shell fragment goes through `redact` (a string known to be
+one whole URL or connection string through `redact_url`; a database driver's error
+through `redact_driver_error`). A log call does the same: ``log.info(redact(text))``.
+
+What is replaced by ``***``:
+
+* the password of a URL's userinfo, ``scheme://user:PASSWORD@host`` (any scheme; the
+  password may hold ``@``, ``:``, ``/``, ``?``, ``#`` or percent-encoding: it runs to
+  the *last* ``@`` of the URL);
+* the value of every parameter whose name names a secret, whatever its case or
+  percent-encoding: a name holding ``pass``, ``pwd``, ``secret``, ``token`` or
+  ``credential``, or ending in ``key`` (``password``, ``sslpassword``, ``passfile``,
+  ``PGPASSWORD``, ``DPACCOUNT_LEDGER_KEY``, ``api_key``, ...), written ``NAME=VALUE``
+  (a URL's query string, a libpq keyword/value string with or without spaces around
+  ``=``, a shell assignment) or ``NAME: VALUE`` (JSON, YAML, a dict's repr; an
+  unquoted name ending in ``key`` counts only before ``=``). A query
+  string's value ends at ``&``, ``#`` or whitespace; any other value is read as one
+  shell word: quoted parts (``'...'`` or ``"..."``, a backslash escaping the next
+  character, as libpq reads them) and unquoted parts up to unescaped whitespace;
+* every secret the caller names (``secrets``), also percent-encoded.
+
+It is conservative: what cannot be parsed is redacted more, never less. A quoted value
+that is never closed is redacted to the end of the text; a URL that Python cannot split
+is replaced whole by ``<an unparsable URL>`` (`redact_url`); a URL ``scheme://user:X``
+whose ``X`` is no port and that has no ``@`` is redacted from the ``:`` on (in free text
+to the last ``@`` of the line: its password held whitespace). What it cannot know: in
+free text a URL ends at whitespace, so a URL whose raw (not percent-encoded) password
+holds whitespace after a run of digits (``u:12 34@host``) reads as ``host:port``;
+dpaccount's own messages redact a whole URL with `redact_url` before they quote it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final
+from urllib.parse import quote, quote_plus, unquote, urlsplit
+
+__all__ = [
+    "MASK",
+    "UNPARSABLE_URL",
+    "redact",
+    "redact_driver_error",
+    "redact_libpq",
+    "redact_url",
+    "secrets_of",
+]
+
+#: What a secret is replaced by.
+MASK: Final = "***"
+#: What a URL that cannot be split is replaced by.
+UNPARSABLE_URL: Final = "<an unparsable URL>"
+
+#: The start of a URL (RFC 3986 scheme, then ``://``), not inside a longer scheme.
+_SCHEME = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://")
+#: ``NAME=`` or ``NAME:`` (the name possibly quoted), not inside a longer name.
+_ASSIGN = re.compile(
+    r"(?<![\w%.-])(?P<q>['\"]?)(?P<name>[\w%.-]+)(?P=q)\s*(?P<sep>=|:(?!//))\s*"
+)
+#: Names of secrets (matched against the lower-cased, percent-decoded name).
+_SECRET_NAME = re.compile(r"pass|pwd|secret|token|credential|key$")
+#: The secret names that count before an unquoted ``:`` too (``password: x``); a bare
+#: ``key:`` is English more often than YAML (``the key: a ledger ...``).
+_SECRET_WORD = re.compile(r"pass|pwd|secret|token|credential")
+#: libpq's messages about a connection string it cannot parse: they quote parts of it.
+_LIBPQ_PARSE = re.compile(
+    r"connection info string|URI|percent-encoded|connection option|port number", re.I
+)
+_LINE_BREAKS: Final = "\n\r"
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every credential it embeds replaced by ``***`` (see the module).
+
+    Args:
+        text: Any text: a message, a command-line line, a log line.
+        secrets: Values known to be secret (a connection's password, see `secrets_of`):
+            every occurrence, also percent-encoded, is replaced too.
+
+    Examples:
+        >>> redact("cannot reach postgresql://app:hunter2@db/census?sslmode=require")
+        'cannot reach postgresql://app:***@db/census?sslmode=require'
+        >>> redact("host=db dbname=census user=app password='a b\\\\'c' sslmode=require")
+        'host=db dbname=census user=app password=*** sslmode=require'
+        >>> redact("PGPASSWORD=hunter2 psql -h db")
+        'PGPASSWORD=*** psql -h db'
+    """
+    text = str(text)
+    spans = [*_url_spans(text, whole=False), *_assignment_spans(text),
+             *_known_spans(text, secrets)]
+    return _masked(text, spans)
+
+
+def redact_url(url: str) -> str:
+    """The URL (or libpq connection string) with any password replaced by ``***`` (for
+    messages, reprs and output); ``<an unparsable URL>`` if Python cannot split it.
+
+    The whole string is taken as one URL: a password may hold any character, whitespace
+    included (it runs to the last ``@``).
+
+    Examples:
+        >>> redact_url("postgresql://alice:s3cret@db.example/ledgers?sslmode=require")
+        'postgresql://alice:***@db.example/ledgers?sslmode=require'
+        >>> redact_url("sqlite:///ledger.db")
+        'sqlite:///ledger.db'
+        >>> redact_url("postgresql://db/census?user=app&PassWord=s3cret")
+        'postgresql://db/census?user=app&PassWord=***'
+        >>> redact_url("postgresql://app:pw@[::1/census")
+        '<an unparsable URL>'
+    """
+    text = str(url)
+    if _SCHEME.search(text):
+        try:
+            urlsplit(text).port  # noqa: B018  # raises ValueError for a bad host or port
+        except ValueError:
+            return UNPARSABLE_URL
+    return _masked(text, [*_url_spans(text, whole=True), *_assignment_spans(text)])
+
+
+def secrets_of(conninfo: str) -> tuple[str, ...]:
+    """The secrets a URL or libpq connection string holds: each password (and other
+    secret-named value) as written, percent-decoded and unquoted as libpq reads it.
+
+    Examples:
+        >>> secrets_of("postgresql://app:hun%40ter2@db/census")
+        ('hun%40ter2', 'hun@ter2')
+        >>> secrets_of("host=db password='a b'")
+        ("'a b'", 'a b')
+    """
+    text = str(conninfo)
+    found: list[str] = []
+    for start, end in _merged([*_url_spans(text, whole=True), *_assignment_spans(text)]):
+        raw = text[start:end]
+        found += [raw, unquote(raw), _unquoted(raw)]
+    return tuple(s for s in dict.fromkeys(found) if s)
+
+
+def redact_libpq(message: str, conninfo: str) -> str:
+    """A libpq (or psycopg) message about ``conninfo``, redacted: its secrets
+    (`secrets_of`) and every URL or parameter in it; if it is about a connection string
+    libpq cannot parse, whatever it quotes (libpq quotes the offending part, which may
+    be a piece of the password) becomes ``"..."``.
+
+    Examples:
+        >>> redact_libpq('missing "=" after "b" in connection info string',
+        ...              "host=db password=a b")
+        'missing "..." in connection info string'
+    """
+    clean = redact(message, secrets_of(conninfo))
+    if _LIBPQ_PARSE.search(clean):
+        clean = re.sub(r'"[^\n\r]*"', '"..."', clean)
+    return clean
+
+
+def redact_driver_error(exc: BaseException, conninfo: str) -> tuple[str, bool]:
+    """A database driver's error, for a message: its text through `redact_libpq`, and
+    whether the error may be kept as the ``__cause__`` of the error that wraps it: only
+    if no message along its chain (``__cause__`` and ``__context__``, ``args``)
+    quotes a secret. Otherwise the caller raises outside the ``except`` block, so that
+    nothing quoting the secret is chained (a traceback prints the whole chain).
+    """
+    clean = True
+    for error in _chain(exc):
+        for text in (str(error), *(str(arg) for arg in error.args)):
+            if redact_libpq(text, conninfo) != text:
+                clean = False
+    return redact_libpq(str(exc), conninfo), clean
+
+
+# -- the spans to mask ---------------------------------------------------------------------
+
+
+def _url_spans(text: str, *, whole: bool) -> Iterator[tuple[int, int]]:
+    """The password of each URL's userinfo (``whole``: the text is one URL, whitespace
+    and all; else a URL ends at whitespace)."""
+    pos = 0
+    while (match := _SCHEME.search(text, pos)) is not None:
+        start = pos = match.end()
+        token_end = len(text) if whole else _token_end(text, start)
+        colon = start
+        while colon < token_end and text[colon] not in ":@/?#":
+            colon += 1
+        if colon >= token_end or text[colon] != ":":
+            continue  # no userinfo, or a user without a password
+        at = text.rfind("@", colon, token_end)
+        if at < 0:
+            authority_end = colon + 1
+            while authority_end < token_end and text[authority_end] not in "/?#":
+                authority_end += 1
+            port = text[colon + 1:authority_end]
+            if text[start] == "[" or (port.isascii() and port.isdigit()) or not port:
+                continue  # host:port (or an IPv6 host) and no userinfo
+            at = authority_end if whole else _free_text_at(text, colon, authority_end)
+        if at > colon + 1:
+            yield colon + 1, at
+        pos = max(pos, at)
+
+
+def _token_end(text: str, start: int) -> int:
+    end = start
+    while end < len(text) and not text[end].isspace():
+        end += 1
+    return end
+
+
+def _free_text_at(text: str, colon: int, authority_end: int) -> int:
+    """Where the password of ``scheme://user:X`` (no ``@`` before whitespace, ``X`` no
+    port) ends in free text: at the last ``@`` before the next URL on the line, else the
+    last ``@`` of the line (its password held whitespace), else the end of the host."""
+    line_end = colon
+    while line_end < len(text) and text[line_end] not in _LINE_BREAKS:
+        line_end += 1
+    following = _SCHEME.search(text, authority_end, line_end)
+    window_end = following.start() if following is not None else line_end
+    at = text.rfind("@", colon, window_end)
+    if at < 0:
+        at = text.rfind("@", colon, line_end)
+    return at if at >= 0 else authority_end
+
+
+def _assignment_spans(text: str) -> Iterator[tuple[int, int]]:
+    """The value of each ``NAME=VALUE`` / ``NAME: VALUE`` whose name names a secret."""
+    pos = 0
+    while (match := _ASSIGN.search(text, pos)) is not None:
+        name = unquote(match.group("name")).lower()
+        loose = match.group("sep") == ":" and not match.group("q")
+        if not (_SECRET_WORD if loose else _SECRET_NAME).search(name):
+            pos = match.end("name")
+            continue
+        start = match.end()
+        before = text[match.start() - 1] if match.start() else ""
+        in_query = before != "" and before in "?&"
+        end = _query_value_end(text, start) if in_query else _word_end(text, start)
+        if end > start:
+            yield start, end
+        pos = max(end, match.end())
+
+
+def _query_value_end(text: str, start: int) -> int:
+    end = start
+    while end < len(text) and not text[end].isspace() and text[end] not in "&#":
+        end += 1
+    return end
+
+
+def _word_end(text: str, start: int) -> int:
+    """The end of one shell word (libpq's reading of a value, and more): quoted parts
+    with backslash escapes (unterminated: the rest of the text), backslash escapes, up
+    to unescaped whitespace."""
+    i, n = start, len(text)
+    while i < n:
+        char = text[i]
+        if char in "'\"":
+            i += 1
+            while i < n and text[i] != char:
+                i += 2 if text[i] == "\\" else 1
+            if i >= n:
+                return n
+            i += 1
+        elif char == "\\":
+            i += 2
+        elif char.isspace():
+            break
+        else:
+            i += 1
+    return min(i, n)
+
+
+def _unquoted(word: str) -> str:
+    """A shell word as libpq reads a value: quotes removed, backslash escapes applied."""
+    out: list[str] = []
+    i, quote_char = 0, ""
+    while i < len(word):
+        char = word[i]
+        if char == "\\" and i + 1 < len(word):
+            out.append(word[i + 1])
+            i += 2
+            continue
+        if quote_char and char == quote_char:
+            quote_char = ""
+        elif not quote_char and char in "'\"":
+            quote_char = char
+        else:
+            out.append(char)
+        i += 1
+    return "".join(out)
+
+
+def _known_spans(text: str, secrets: Iterable[str]) -> Iterator[tuple[int, int]]:
+    forms = {form for secret in secrets if secret
+             for form in (secret, quote(secret, safe=""), quote(secret), quote_plus(secret))}
+    for form in forms:
+        start = text.find(form)
+        while start >= 0:
+            yield start, start + len(form)
+            start = text.find(form, start + 1)
+
+
+def _merged(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _masked(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    merged = _merged(spans)
+    if not merged:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for start, end in merged:
+        parts += [text[pos:start], MASK]
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        error = stack.pop()
+        if id(error) in seen:
+            continue
+        seen.add(id(error))
+        yield error
+        stack += [e for e in (error.__cause__, error.__context__) if e is not None]
