@@ -135,7 +135,9 @@ def secrets_of(conninfo: str) -> tuple[str, ...]:
     found: list[str] = []
     for start, end in _merged([*_url_spans(text, whole=True), *_assignment_spans(text)]):
         raw = text[start:end]
-        found += [raw, unquote(raw), _unquoted(raw)]
+        # and each piece between '@'s: libpq ends a URL's password at the first '@'
+        for piece in (raw, *raw.split("@")):
+            found += [piece, unquote(piece), _unquoted(piece)]
     return tuple(s for s in dict.fromkeys(found) if s)
 
 
@@ -159,15 +161,14 @@ def redact_libpq(message: str, conninfo: str) -> str:
 def redact_driver_error(exc: BaseException, conninfo: str) -> tuple[str, bool]:
     """A database driver's error, for a message: its text through `redact_libpq`, and
     whether the error may be kept as the ``__cause__`` of the error that wraps it: only
-    if no message along its chain (``__cause__`` and ``__context__``, ``args``)
-    quotes a secret. Otherwise the caller raises outside the ``except`` block, so that
-    nothing quoting the secret is chained (a traceback prints the whole chain).
+    if nothing along its chain (``__cause__`` and ``__context__``: each message, its
+    ``args`` and the repr of its attributes, where psycopg keeps the failed connection
+    with its password) holds a secret. Otherwise the caller raises outside the
+    ``except`` block, so that nothing holding the secret is chained (a traceback prints
+    the whole chain; an error reporter may record the attributes).
     """
-    clean = True
-    for error in _chain(exc):
-        for text in (str(error), *(str(arg) for arg in error.args)):
-            if redact_libpq(text, conninfo) != text:
-                clean = False
+    clean = all(redact_libpq(text, conninfo) == text
+                for error in _chain(exc) for text in _texts(error))
     return redact_libpq(str(exc), conninfo), clean
 
 
@@ -321,6 +322,16 @@ def _masked(text: str, spans: Iterable[tuple[int, int]]) -> str:
         pos = end
     parts.append(text[pos:])
     return "".join(parts)
+
+
+def _texts(error: BaseException) -> Iterator[str]:
+    """What an error shows: its message, its arguments and its attributes' reprs."""
+    yield str(error)
+    for value in (*error.args, *vars(error).values()):
+        try:
+            yield repr(value)
+        except Exception:  # a hostile or broken __repr__ can raise anything
+            yield MASK  # taken as holding a secret: the error is not chained
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

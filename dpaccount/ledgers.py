@@ -111,6 +111,11 @@ def _split(url: str) -> SplitResult:
             "a port that is a number, and a percent-encoded user name and password: "
             "urllib.parse.quote(password, safe=''))"
         )
+    if parts.netloc.count("@") > 1:  # Python splits at the last '@', libpq at the first
+        raise ConfigError(
+            f"the ledger URL {redact_url(url)} holds '@' in its user name or password: "
+            "percent-encode it (%40; urllib.parse.quote(password, safe=''))"
+        )
     if not parts.scheme and "=" in url:
         raise ConfigError(
             f"a libpq keyword/value string is not a ledger URL: {redact_url(url)}; write it "
