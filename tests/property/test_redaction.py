@@ -445,3 +445,24 @@ def test_the_html_report_redacts_its_title() -> None:
     page = html_report([], title=f"ledgers at postgresql://u:{ENCODED}@db/x")
     assert_no_canary(page)
     assert "postgresql://u:***@db/x" in page
+
+
+@given(password=passwords())
+def test_a_query_string_password_reaches_libpq_as_written(password: str) -> None:
+    # urlencode wrote a space as '+', which libpq does not decode: 'a b' arrived as 'a+b'.
+    import dpaccount.storage.postgres as postgres
+
+    seen: list[str] = []
+
+    class Recorder:
+        def __init__(self, conninfo: str, **_: object) -> None:
+            seen.append(conninfo)
+
+    original = postgres.PostgresStore
+    postgres.PostgresStore = Recorder  # type: ignore[misc, assignment]
+    try:
+        open_store(f"postgresql://u@db/x?sslmode=disable&password={quote(password, safe='')}")
+    finally:
+        postgres.PostgresStore = original  # type: ignore[misc]
+    reading = libpq_reading(seen[0])
+    assert reading is not None and reading["password"] == password
