@@ -141,21 +141,21 @@ def secrets_of(conninfo: str) -> tuple[str, ...]:
     return tuple(s for s in dict.fromkeys(found) if s)
 
 
-def redact_libpq(message: str, conninfo: str) -> str:
+def redact_libpq(message: str, conninfo: str, parse_error: bool = False) -> str:
     """A libpq (or psycopg) message about ``conninfo``, redacted: its secrets
     (`secrets_of`) and every URL or parameter in it; if it is about a connection string
-    libpq cannot parse, whatever it quotes (libpq quotes the offending part, which may
-    be a piece of the password) becomes ``"..."``.
+    libpq cannot parse (``parse_error``, or one of libpq's English messages saying so),
+    whatever it quotes (libpq quotes the offending part, which may be a piece of the
+    password) becomes ``"..."``.
 
     Examples:
         >>> redact_libpq('missing "=" after "b" in connection info string',
         ...              "host=db password=a b")
         'missing "..." in connection info string'
     """
-    clean = redact(message, secrets_of(conninfo))
-    if _LIBPQ_PARSE.search(clean):
-        clean = re.sub(r'"[^\n\r]*"', '"..."', clean)
-    return clean
+    if parse_error or _LIBPQ_PARSE.search(message):  # first: a short secret splits words
+        message = re.sub(r'"[^\n\r]*"', '"..."', message)
+    return redact(message, secrets_of(conninfo))
 
 
 def redact_driver_error(exc: BaseException, conninfo: str) -> tuple[str, bool]:
@@ -166,10 +166,15 @@ def redact_driver_error(exc: BaseException, conninfo: str) -> tuple[str, bool]:
     with its password) holds a secret. Otherwise the caller raises outside the
     ``except`` block, so that nothing holding the secret is chained (a traceback prints
     the whole chain; an error reporter may record the attributes).
+
+    psycopg raises its base ``ProgrammingError`` (SQL errors are subclasses of it) for a
+    connection string libpq cannot parse: its message is treated as a parse error
+    whatever its language (libpq's messages may be translated).
     """
-    clean = all(redact_libpq(text, conninfo) == text
+    parse_error = type(exc).__name__ == "ProgrammingError"
+    clean = all(redact_libpq(text, conninfo, parse_error) == text
                 for error in _chain(exc) for text in _texts(error))
-    return redact_libpq(str(exc), conninfo), clean
+    return redact_libpq(str(exc), conninfo, parse_error), clean
 
 
 # -- the spans to mask ---------------------------------------------------------------------

@@ -85,14 +85,14 @@ def _libpq_check(conninfo: str, options: Mapping[str, str]) -> None:
             pq.Conninfo.parse(" ".join(f"{key}=''" for key in options).encode())
     except (psycopg.Error, ValueError) as exc:  # libpq names the unknown keyword
         problem = (f"unknown ledger URL option(s) in {sorted(options)}: "
-                   f"{redact_libpq(str(exc), conninfo).strip()}. Allowed: schema, commit, "
-                   "lock_timeout and libpq's connection parameters (sslmode, ...)")
+                   f"{redact_libpq(str(exc), conninfo, True).strip()}. Allowed: schema, "
+                   "commit, lock_timeout and libpq's connection parameters (sslmode, ...)")
     else:
         try:
             pq.Conninfo.parse(conninfo.encode())
         except (psycopg.Error, ValueError) as exc:
             problem = (f"libpq cannot parse the ledger URL {redact_url(conninfo)}: "
-                       f"{redact_libpq(str(exc), conninfo).strip()}; percent-encode the "
+                       f"{redact_libpq(str(exc), conninfo, True).strip()}; percent-encode the "
                        "user name and password (urllib.parse.quote(password, safe=''))")
     if problem is not None:
         raise ConfigError(problem)

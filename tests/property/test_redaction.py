@@ -238,6 +238,7 @@ def test_several_urls_in_one_text_each_lose_their_password(
            "postgresql://u@{host}/db?password={pw}",
        ]))
 @example(password="a $", host="db", form="host={host} password={pw}")  # 'after "$"'
+@example(password="r $", host="db", form="host={host} password={pw}")  # 'afte***'
 @example(password="a@$", host="db", form="postgresql://u:{pw}@{host}/db")
 def test_libpq_messages_about_any_connection_string_never_quote_its_password(
     password: str, host: str, form: str
@@ -265,6 +266,17 @@ def test_what_cannot_be_parsed_is_redacted_more() -> None:
                  "postgresql://[::1]:5432/db", "LedgerKey(key_id='4fe7e75b843e2a7b')",
                  "the key: a ledger", "password authentication failed for user \"u\""):
         assert redact(text) == text and redact_url(text) == text
+
+
+def test_a_translated_libpq_parse_error_quotes_nothing() -> None:
+    # libpq's messages may be translated: psycopg's ProgrammingError for a connection
+    # string it cannot parse is scrubbed whatever its language.
+    psycopg = pytest.importorskip("psycopg")
+    german = psycopg.ProgrammingError(
+        'fehlendes "=" nach "zweiteshälfte" in der Zeichenkette der Verbindungsinformationen'
+    )
+    message, chain = redact_driver_error(german, "host=h password=erste zweiteshälfte")
+    assert "zweiteshälfte" not in message and "erste" not in message and not chain
 
 
 def test_a_driver_error_whose_chain_quotes_the_password_is_not_chained() -> None:
