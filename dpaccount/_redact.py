@@ -26,16 +26,18 @@ What is replaced by ``***``:
 It is conservative: what cannot be parsed is redacted more, never less. A quoted value
 that is never closed is redacted to the end of the text; a URL that Python cannot split
 is replaced whole by ``<an unparsable URL>`` (`redact_url`); a URL ``scheme://user:X``
-whose ``X`` is no port and that has no ``@`` is redacted from the ``:`` on (in free text
-to the last ``@`` of the line: its password held whitespace). What it cannot know: in
-free text a URL ends at whitespace, so a URL whose raw (not percent-encoded) password
-holds whitespace after a run of digits (``u:12 34@host``) reads as ``host:port``;
-dpaccount's own messages redact a whole URL with `redact_url` before they quote it.
+whose ``X`` is no port and that has no ``@`` is redacted from the ``:`` on. In free
+text a URL's password runs to the last ``@`` before the next URL on its line (it may
+hold whitespace), so an ``@`` later on the line (an e-mail address) takes the host with
+it. What it cannot know: a raw (not percent-encoded) password that holds whitespace
+after a run of digits (``u:12 34@host``) reads as ``host:port``; dpaccount's own
+messages redact a whole URL with `redact_url` before they quote it.
 """
 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable, Iterator
 from typing import Final
 from urllib.parse import quote, quote_plus, unquote, urlsplit
@@ -55,12 +57,12 @@ MASK: Final = "***"
 #: What a URL that cannot be split is replaced by.
 UNPARSABLE_URL: Final = "<an unparsable URL>"
 
-#: The start of a URL (RFC 3986 scheme, then ``://``), not inside a longer scheme.
-_SCHEME = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://")
-#: ``NAME=`` or ``NAME:`` (the name possibly quoted), not inside a longer name.
-_ASSIGN = re.compile(
-    r"(?<![\w%.-])(?P<q>['\"]?)(?P<name>[\w%.-]+)(?P=q)\s*(?P<sep>=|:(?!//))\s*"
-)
+#: The characters of a URL scheme after its first letter (RFC 3986).
+_SCHEME_CHARS: Final = frozenset(string.ascii_letters + string.digits + "+.-")
+#: The separator of ``NAME=VALUE`` or ``NAME: VALUE`` (not the ``:`` of ``scheme://``).
+_SEPARATOR = re.compile(r"=|:(?!//)")
+_WHITESPACE = re.compile(r"\s")
+_LINE_BREAK = re.compile(r"[\n\r]")
 #: Names of secrets (matched against the lower-cased, percent-decoded name).
 _SECRET_NAME = re.compile(r"pass|pwd|secret|token|credential|key$")
 #: The secret names that count before an unquoted ``:`` too (``password: x``); a bare
@@ -70,7 +72,6 @@ _SECRET_WORD = re.compile(r"pass|pwd|secret|token|credential")
 _LIBPQ_PARSE = re.compile(
     r"connection info string|URI|percent-encoded|connection option|port number", re.I
 )
-_LINE_BREAKS: Final = "\n\r"
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -113,7 +114,7 @@ def redact_url(url: str) -> str:
         '<an unparsable URL>'
     """
     text = str(url)
-    if _SCHEME.search(text):
+    if _next_url(text, 0, len(text)) is not None:
         try:
             urlsplit(text).port  # noqa: B018  # raises ValueError for a bad host or port
         except ValueError:
@@ -180,13 +181,28 @@ def redact_driver_error(exc: BaseException, conninfo: str) -> tuple[str, bool]:
 # -- the spans to mask ---------------------------------------------------------------------
 
 
+def _next_url(text: str, pos: int, end: int) -> tuple[int, int] | None:
+    """(where the scheme starts, where ``://`` ends) of the first URL in text[pos:end]:
+    a scheme of RFC 3986 (a letter, then letters, digits, ``+``, ``.``, ``-``) not
+    inside a longer one, then ``://``."""
+    while (mark := text.find("://", pos, end)) >= 0:
+        start = mark
+        while start > 0 and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        if start >= pos and start < mark and text[start].isalpha():
+            return start, mark + 3
+        pos = mark + 3
+    return None
+
+
 def _url_spans(text: str, *, whole: bool) -> Iterator[tuple[int, int]]:
     """The password of each URL's userinfo (``whole``: the text is one URL, whitespace
-    and all; else a URL ends at whitespace)."""
+    and all; else a URL ends at whitespace, and a password with userinfo at the last
+    ``@`` before the next URL on the line)."""
     pos = 0
-    while (match := _SCHEME.search(text, pos)) is not None:
-        start = pos = match.end()
-        token_end = len(text) if whole else _token_end(text, start)
+    while (found := _next_url(text, pos, len(text))) is not None:
+        start = pos = found[1]
+        token_end = len(text) if whole else _end_of(_WHITESPACE, text, start)
         colon = start
         while colon < token_end and text[colon] not in ":@/?#":
             colon += 1
@@ -201,49 +217,71 @@ def _url_spans(text: str, *, whole: bool) -> Iterator[tuple[int, int]]:
             if text[start] == "[" or (port.isascii() and port.isdigit()) or not port:
                 continue  # host:port (or an IPv6 host) and no userinfo
             at = authority_end if whole else _free_text_at(text, colon, authority_end)
+        elif not whole:  # a password with whitespace: 'u:a b@host', even 'u:x@a b@host'
+            at = max(at, _last_at(text, colon, token_end))
         if at > colon + 1:
             yield colon + 1, at
         pos = max(pos, at)
 
 
-def _token_end(text: str, start: int) -> int:
-    end = start
-    while end < len(text) and not text[end].isspace():
-        end += 1
-    return end
+def _end_of(pattern: re.Pattern[str], text: str, start: int) -> int:
+    """Where ``pattern`` next matches from ``start`` (the end of the text if nowhere)."""
+    match = pattern.search(text, start)
+    return len(text) if match is None else match.start()
+
+
+def _last_at(text: str, colon: int, token_end: int) -> int:
+    """The last ``@`` after ``colon`` and before the next URL on the line (-1: none)."""
+    line_end = _end_of(_LINE_BREAK, text, colon)
+    following = _next_url(text, token_end, line_end)
+    return text.rfind("@", colon, following[0] if following is not None else line_end)
 
 
 def _free_text_at(text: str, colon: int, authority_end: int) -> int:
     """Where the password of ``scheme://user:X`` (no ``@`` before whitespace, ``X`` no
     port) ends in free text: at the last ``@`` before the next URL on the line, else the
     last ``@`` of the line (its password held whitespace), else the end of the host."""
-    line_end = colon
-    while line_end < len(text) and text[line_end] not in _LINE_BREAKS:
-        line_end += 1
-    following = _SCHEME.search(text, authority_end, line_end)
-    window_end = following.start() if following is not None else line_end
-    at = text.rfind("@", colon, window_end)
+    at = _last_at(text, colon, authority_end)
     if at < 0:
-        at = text.rfind("@", colon, line_end)
+        at = text.rfind("@", colon, _end_of(_LINE_BREAK, text, colon))
     return at if at >= 0 else authority_end
 
 
+def _is_name_char(char: str) -> bool:
+    return char.isalnum() or char in "_%.-"
+
+
 def _assignment_spans(text: str) -> Iterator[tuple[int, int]]:
-    """The value of each ``NAME=VALUE`` / ``NAME: VALUE`` whose name names a secret."""
+    """The value of each ``NAME=VALUE`` / ``NAME: VALUE`` whose name names a secret
+    (the name may be quoted, and may have whitespace before the separator)."""
     pos = 0
-    while (match := _ASSIGN.search(text, pos)) is not None:
-        name = unquote(match.group("name")).lower()
-        loose = match.group("sep") == ":" and not match.group("q")
-        if not (_SECRET_WORD if loose else _SECRET_NAME).search(name):
-            pos = match.end("name")
+    while (separator := _SEPARATOR.search(text, pos)) is not None:
+        pos = separator.end()
+        name_end = separator.start()
+        while name_end > 0 and text[name_end - 1].isspace():
+            name_end -= 1
+        quote_char = text[name_end - 1] if name_end and text[name_end - 1] in "'\"" else ""
+        name_end -= len(quote_char)
+        name_start = name_end
+        while name_start > 0 and _is_name_char(text[name_start - 1]):
+            name_start -= 1
+        if quote_char:
+            if name_start == 0 or text[name_start - 1] != quote_char:
+                continue
+            name_start -= 1
+        name = unquote(text[name_start + len(quote_char):name_end]).lower()
+        loose = separator.group() == ":" and not quote_char
+        if not name or not (_SECRET_WORD if loose else _SECRET_NAME).search(name):
             continue
-        start = match.end()
-        before = text[match.start() - 1] if match.start() else ""
+        start = separator.end()
+        while start < len(text) and text[start].isspace():
+            start += 1
+        before = text[name_start - 1] if name_start else ""
         in_query = before != "" and before in "?&"
         end = _query_value_end(text, start) if in_query else _word_end(text, start)
         if end > start:
             yield start, end
-        pos = max(end, match.end())
+        pos = max(end, pos)
 
 
 def _query_value_end(text: str, start: int) -> int:

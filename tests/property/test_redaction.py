@@ -131,6 +131,8 @@ def test_a_raw_url_password_never_shows(
 
 
 @given(user=names, password=passwords(), host=names, db=names)
+@example(user="app", password="@$ ", host="db", db="x")  # 'u:x@$ @db': '$' looked a host
+@example(user="app", password="@a $", host="db", db="x")  # and 'a' looks like one
 def test_a_url_password_with_whitespace_is_found_in_free_text(
     user: str, password: str, host: str, db: str
 ) -> None:
