@@ -5,7 +5,7 @@ which theorem was used); ``plot composition``; ``ledger show|verify|export|repor
 
 A failure is one line on standard error and exit status 2 (never a traceback for a file
 that cannot be read or written); every such line goes through the one redaction
-(`dpaccount.ledger_cli.error_line`), so a password in a ledger URL is printed as ``***``.
+(`dpaccount._cli_files.error_line`), so a password in a ledger URL is printed as ``***``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from dpaccount._cli_files import RedactingArgumentParser, error_line
 from dpaccount.costs import PrivacyCost, format_number
 from dpaccount.errors import ConfigError, DPAccountError
 
@@ -120,7 +121,7 @@ def _cmd_plot_composition(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from dpaccount._demo import add_demo_command
-    from dpaccount.ledger_cli import RedactingArgumentParser, add_ledger_commands
+    from dpaccount.ledger_cli import add_ledger_commands
 
     parser: argparse.ArgumentParser = RedactingArgumentParser(
         prog="dpaccount", description="A differential-privacy budget guard."
@@ -137,8 +138,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    from dpaccount.ledger_cli import error_line
-
     try:
         status: int = args.func(args)
     except BrokenPipeError:  # output piped into `head` and closed early

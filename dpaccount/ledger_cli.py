@@ -20,20 +20,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import errno
 import fnmatch
 import gc
 import json
 import os
-import stat
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from fractions import Fraction
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
 import attrs
 
+from dpaccount._cli_files import (
+    RedactingArgumentParser,
+    cannot_write,
+    check_output,
+    error_line,
+    read_json,
+    writing,
+)
 from dpaccount._redact import redact
 from dpaccount.audit import (
     check_snapshot_states,
@@ -56,25 +62,11 @@ from dpaccount.keys import LedgerKey
 from dpaccount.ledgers import check_checkpoint, make_checkpoint, open_store, redact_url
 from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
 
-__all__ = ["RedactingArgumentParser", "add_ledger_commands", "describe_os_error",
-           "error_line", "ledger_main"]
+__all__ = ["add_ledger_commands", "ledger_main"]
 
 #: The suffixes ``ledger report --output`` writes: a page, or an image (dpaccount[plot]).
 REPORT_PAGE_SUFFIXES = (".html", ".htm")
 REPORT_IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
-
-
-class RedactingArgumentParser(argparse.ArgumentParser):
-    """An argument parser whose usage errors name no secret: arguments it does not
-    recognise are not echoed (an unquoted ``password=a b`` arrives as two of them), and
-    the rest of its messages go through `dpaccount._redact.redact`."""
-
-    def error(self, message: str) -> NoReturn:
-        """Print the usage and the redacted message; exit with status 2."""
-        if message.startswith("unrecognized arguments"):
-            message = ("unrecognized arguments (not shown: they may hold a password); give "
-                       "a URL or connection string as one quoted argument")
-        super().error(redact(message))
 
 
 def add_ledger_commands(subparsers: Any) -> None:
@@ -168,20 +160,6 @@ def ledger_main(argv: Sequence[str] | None = None, out: TextIO | None = None) ->
     return status
 
 
-def error_line(exc: BaseException) -> str:
-    """The one line a command prints for a failure: ``dpaccount: <message>``, redacted
-    (`dpaccount._redact.redact`: a password in it is shown as ``***``) and on one line
-    (a driver's message can span several)."""
-    text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-    return "dpaccount: " + " ".join(redact(text).split())
-
-
-def describe_os_error(exc: OSError) -> str:
-    """One line for an operating system error: what failed, on which file."""
-    text = exc.strerror or str(exc) or type(exc).__name__
-    return f"{text}: {os.fspath(exc.filename)!r}" if exc.filename is not None else text
-
-
 # -- helpers ------------------------------------------------------------------------------
 
 
@@ -193,75 +171,6 @@ def _out(args: argparse.Namespace) -> TextIO:
 def _key(args: argparse.Namespace) -> LedgerKey | None:
     path = getattr(args, "key_file", None)
     return LedgerKey.from_file(path) if path else LedgerKey.from_env()
-
-
-def _cannot_write(path: str, option: str, code: int | None, reason: str | None = None,
-                  started: bool = False) -> ConfigError:
-    """The one-line error for an output file that cannot be written, with what to do."""
-    folder = os.path.dirname(os.path.abspath(path))
-    hints = {
-        errno.ENOENT: f"the folder {folder!r} does not exist: create it first, or give "
-                      f"another {option}",
-        errno.EISDIR: f"it is a folder: give {option} a file name",
-        errno.ENOTDIR: f"a part of its folder is a file, not a folder: give another {option}",
-        errno.EACCES: f"you may not write there: give another {option}",
-        errno.EPERM: f"you may not write there: give another {option}",
-        errno.EROFS: f"the file system is read-only: give another {option}",
-        errno.ENOSPC: f"the disk is full: free some space, or give another {option}",
-    }
-    hint = hints.get(code or 0, f"give another {option}")
-    if started:
-        hint += "; what was written is incomplete: delete it"
-    reason = reason or (os.strerror(code) if code else "it cannot be written")
-    return ConfigError(f"cannot write {option} {path!r}: {reason}; {hint}")
-
-
-def _check_output(path: str, option: str) -> None:
-    """Refuse an output file that cannot be written before the ledger is loaded: a
-    folder, or a file in a folder that does not exist."""
-    target = os.path.abspath(path)
-    if os.path.isdir(target):
-        raise _cannot_write(path, option, errno.EISDIR)
-    try:
-        folder = os.stat(os.path.dirname(target))
-    except OSError as exc:  # ENOENT: a missing folder; ENOTDIR: a file on the way
-        code = exc.errno
-    else:
-        code = None if stat.S_ISDIR(folder.st_mode) else errno.ENOTDIR
-    if code is not None:
-        raise _cannot_write(path, option, code)
-
-
-@contextlib.contextmanager
-def _writing(path: str, option: str, newline: str | None = None) -> Iterator[TextIO]:
-    """The output file, open for writing; an OSError opening, writing or closing it
-    becomes the one-line `_cannot_write` error."""
-    try:
-        stream = open(path, "w", encoding="utf-8", newline=newline)  # noqa: SIM115
-    except OSError as exc:
-        raise _cannot_write(path, option, exc.errno, exc.strerror) from None
-    try:
-        with stream:
-            yield stream
-    except OSError as exc:
-        raise _cannot_write(path, option, exc.errno, exc.strerror, started=True) from None
-
-
-def _read_json(path: str, what: str, hint: str) -> Any:
-    """The JSON document in the file ``path`` (an export, a checkpoint), or a one-line
-    ConfigError naming the file and what to do."""
-    try:
-        with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
-    except OSError as exc:
-        raise ConfigError(f"cannot read the {what} {path!r}: {exc.strerror}; {hint}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"the {what} {path!r} is not UTF-8 text; {hint}") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"the {what} {path!r} is not JSON ({exc.msg} at line {exc.lineno}); "
-                          f"{hint}") from None
-    except (ValueError, RecursionError):  # a number too long, nesting too deep
-        raise ConfigError(f"the {what} {path!r} is not JSON that can be read; {hint}") from None
 
 
 @attrs.frozen
@@ -445,8 +354,8 @@ def _verify(args: argparse.Namespace) -> int:
     where = f"at {redact_url(args.url)}" if args.url else f"in {args.export!r}"
     try:
         if args.export:
-            document = _read_json(args.export, "export", "give the file `dpaccount ledger "
-                                  "export --format json` wrote")
+            document = read_json(args.export, "export", "give the file `dpaccount ledger "
+                                 "export --format json` wrote")
             check = verify_export(document, key=_key(args))
             meta, records, tip, history = check.meta, list(check.records), check.tip, None
         else:
@@ -455,7 +364,7 @@ def _verify(args: argparse.Namespace) -> int:
                                            loaded.history)
         if args.checkpoint:
             hint = "give the file `dpaccount ledger checkpoint --output` wrote"
-            point = _read_json(args.checkpoint, "checkpoint file", hint)
+            point = read_json(args.checkpoint, "checkpoint file", hint)
             if not isinstance(point, dict):
                 raise ConfigError(f"the checkpoint file {args.checkpoint!r} is not a "
                                   f"dpaccount head checkpoint; {hint}")
@@ -477,11 +386,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
-    _check_output(args.output, "--output")
+    check_output(args.output, "--output")
     loaded = _load(args)
     point = make_checkpoint(loaded.records, loaded.meta.name, key=_key(args),
                             history=loaded.history)
-    with _writing(args.output, "--output") as stream:
+    with writing(args.output, "--output") as stream:
         json.dump(point, stream, indent=2, sort_keys=True)
         stream.write("\n")
     print(f"wrote {args.output}: ledger {loaded.meta.name!r}, {point['head']} records, last "
@@ -496,7 +405,7 @@ def _keygen(args: argparse.Namespace) -> int:
             "new file name (and keep the old key: a ledger keyed with it cannot be verified "
             "or written without it)"
         )
-    _check_output(args.output, "--output")
+    check_output(args.output, "--output")
     key = LedgerKey.generate()
     key.write(args.output)
     print(f"wrote {args.output}: a new ledger key, id {key.key_id} (readable by you only; "
@@ -507,11 +416,11 @@ def _keygen(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     if args.output:
-        _check_output(args.output, "--output")
+        check_output(args.output, "--output")
     loaded = _load(args, rows=True)
     assert loaded.rows is not None
     record_rows, history = loaded.rows
-    with (_writing(args.output, "--output", newline="") if args.output
+    with (writing(args.output, "--output", newline="") if args.output
           else contextlib.nullcontext(_out(args))) as target:
         if args.format == "json":
             json.dump(export_document(loaded.meta, record_rows, history), target,
@@ -542,7 +451,7 @@ def _report(args: argparse.Namespace) -> int:
             f"--output {args.output!r}: a report is a page (.html) or an image (.png, .svg, "
             f".pdf), not {suffix or 'a file without a suffix'}; give a file name ending in one"
         )
-    _check_output(args.output, "--output")
+    check_output(args.output, "--output")
     names = _names(args) if args.all else [args.name]
     ledgers = []
     for name in names:
@@ -555,13 +464,13 @@ def _report(args: argparse.Namespace) -> int:
     if suffix in REPORT_PAGE_SUFFIXES:
         page = html_report(ledgers, title=f"dpaccount ledgers at {redact_url(args.url)}",
                            by=args.by)
-        with _writing(args.output, "--output") as stream:
+        with writing(args.output, "--output") as stream:
             stream.write(page)
     else:
         try:
             _plot(ledgers, args.by, args.output)
         except OSError as exc:
-            raise _cannot_write(args.output, "--output", exc.errno, exc.strerror) from None
+            raise cannot_write(args.output, "--output", exc.errno, exc.strerror) from None
     print(f"wrote {args.output}", file=_out(args))
     return 0
 

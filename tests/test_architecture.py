@@ -31,6 +31,7 @@ LAYERS = {
     "dpaccount.aggregates": 3,
     "dpaccount.ledgers": 3,
     "dpaccount.cli": 4,
+    "dpaccount._cli_files": 4,
     "dpaccount.ledger_cli": 4,
     "dpaccount.audit": 4,
     "dpaccount.plot": 4,
