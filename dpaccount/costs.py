@@ -232,10 +232,6 @@ def trusted_cost(epsilon: Fraction, delta: Fraction) -> PrivacyCost:
     return cost
 
 
-#: The former private name of `trusted_cost`, kept for `dpaccount.charges` (being
-#: edited in parallel); new code uses `trusted_cost`.
-_trusted = trusted_cost
-
 ZERO_COST = trusted_cost(ZERO, ZERO)
 
 
