@@ -70,7 +70,7 @@ from dpaccount.mechanisms._sampling import (
     sample_discrete_gaussian,
 )
 from dpaccount.mechanisms.base import Mechanism
-from dpaccount.mechanisms.gaussian import zcdp_delta_up
+from dpaccount.mechanisms.gaussian_calibration import zcdp_delta_up
 
 __all__ = [
     "EllipticalGaussianMechanism",

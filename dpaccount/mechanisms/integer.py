@@ -27,7 +27,7 @@ from dpaccount.mechanisms._sampling import (
     sample_discrete_laplace,
 )
 from dpaccount.mechanisms.base import Mechanism
-from dpaccount.mechanisms.gaussian import (
+from dpaccount.mechanisms.gaussian_calibration import (
     _coarse_up,
     continuous_sigma,
     discrete_gaussian_delta_up,
