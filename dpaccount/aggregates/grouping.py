@@ -6,23 +6,11 @@ DataFrame; its `GroupBy.count`, `GroupBy.sum`, `GroupBy.mean`, `GroupBy.histogra
 frame with an interval per group (`GroupedResult`).
 
 **Why one group's cost pays for all.** Each group's statistic reads only the rows of its
-group, and a privacy unit's rows fall in at most G = ``max_groups_per_unit`` groups (G = 1
-when one row is one person). Under add/remove of a unit, at most G groups change, each by
-at most that unit's bounded rows, and the groups' noise is independent. With G = 1 the
-guarantee is the largest group's (McSherry 2009, "Privacy Integrated Queries", Thm 4,
-parallel composition); with G > 1 it is the composition of G group mechanisms (Dwork and
-Roth 2014, Thm 3.16, with parallel composition inside each of the G runs). Under
-substitution a changed unit leaves up to G groups and enters up to G others, and a group
-it stays in sees a substitution, so each group's mechanism is built to hold under both
-relations and twice as many groups count. The record is therefore
-
-* ``Parallel(parts, relation)`` for G = 1, one part per declared key, or
-* ``Repeated(Parallel(parts, relation), G)`` for G > 1,
-
-each part calibrated to epsilon / (G m) (and delta / (G m)), m = 1 under add/remove and
-2 under substitution, so that the record's cost is exactly the epsilon (and at most the
-delta) asked for. This holds for any adaptivity the ledger's rule allows: the record is
-one charge with fixed parameters.
+group, and a privacy unit's rows fall in at most G = ``max_groups_per_unit`` groups, so
+the record is one ``Parallel`` charge of one group's part (repeated G times for G > 1),
+calibrated so that its cost is the epsilon (and at most the delta) asked for: the
+theorems and the calibration are in `dpaccount.aggregates.plans`, which decides what a
+statistic charges before any data is read.
 
 **Keys.** Declared keys (``keys=[...]``) are public: every declared key is reported,
 empty or not, and rows whose key is not declared (or missing) are dropped, each by a rule
@@ -59,21 +47,24 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-import attrs
 import numpy as np
 
-from dpaccount._numeric import check_delta, check_positive, to_fraction
+from dpaccount._numeric import to_fraction
 from dpaccount.aggregates._checks import (
     bin_labels,
     charge_or_preview,
-    check_accountant,
     check_bounds,
     check_edges,
-    check_level,
-    choose_mechanism,
     noise_for,
     run_as_preview,
-    unkeyable_dtype,
+)
+from dpaccount.aggregates._frames import (
+    check_frame,
+    check_frame_column,
+    check_key_type,
+    check_keys_column,
+    check_numeric,
+    pandas_module,
 )
 from dpaccount.aggregates.engines import (
     BoundingKey,
@@ -88,10 +79,10 @@ from dpaccount.aggregates.lattice import (
     sum_sensitivity,
 )
 from dpaccount.aggregates.partitions import ThresholdSelection
-from dpaccount.aggregates.results import AggregatePreview
+from dpaccount.aggregates.plans import plan_statistic, record_charge
+from dpaccount.aggregates.results import AggregatePreview, GroupedResult
 from dpaccount.aggregates.units import ContributionBounds
-from dpaccount.charges import Charge, Parallel, Relation, Repeated, cost_of
-from dpaccount.costs import PrivacyCost
+from dpaccount.charges import Relation
 from dpaccount.errors import ConfigError, InvalidCostError
 from dpaccount.mechanisms._sampling import RandomSource, resolve_rng
 from dpaccount.mechanisms.exponential import ExponentialMechanism
@@ -100,205 +91,11 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
     from dpaccount.accountant import Accountant
-    from dpaccount.records import LedgerRecord
 
 __all__ = ["WHOLE_TABLE", "GroupBy", "GroupedResult", "groupby"]
 
 #: The key of the one group of ``groupby(data, None)``: the whole table.
 WHOLE_TABLE = "all"
-
-
-def _pandas() -> Any:
-    try:
-        import pandas as pd
-    except ImportError as exc:  # pragma: no cover - pandas is in the test extra
-        raise ImportError('groupby needs pandas: pip install "dpaccount[pandas]"') from exc
-    return pd
-
-
-@attrs.frozen(repr=False, eq=False)
-class GroupedResult:
-    """Noisy per-group statistics, their intervals and the one ledger record.
-
-    Attributes:
-        frame: A pandas DataFrame indexed by the group key (named as the ``by``
-            column; for a histogram, by key and bin) with columns ``value``, ``low`` and
-            ``high`` (a quantile has ``value`` only: its accuracy is in ranks).
-        level: The confidence level of each row's interval (per group, not
-            simultaneously).
-        error_bound: The noise's half-width at ``level`` in the answer's units, per
-            group (for a mean, the largest half-width of the groups' intervals; for a
-            quantile, in ranks).
-        accuracy: The accuracy statement in words.
-        record: The ledger record: one charge for all groups.
-        sensitivity: One group's sensitivity to one privacy unit, in the answer's units.
-        relation: The neighbouring relation of the ledger.
-        bounds: The contribution bounds applied (G groups, R rows per group and unit).
-        keys_selected: True when the keys were chosen privately (not declared).
-        counts: For a mean, the noisy count of each group that the mean divides by (a
-            frame with ``value``, ``low`` and ``high``, as `GroupBy.count` returns),
-            released with the mean's ``count_share``; None for the other statistics.
-    """
-
-    frame: pd.DataFrame
-    level: float
-    error_bound: float
-    accuracy: str
-    record: LedgerRecord
-    sensitivity: Fraction
-    relation: Relation
-    bounds: ContributionBounds
-    keys_selected: bool
-    counts: pd.DataFrame | None = None
-
-    @property
-    def cost(self) -> PrivacyCost:
-        """The (epsilon, delta) charged for all groups together."""
-        return self.record.cost
-
-    def clamped(self, lower: float = 0.0, upper: float | None = None) -> GroupedResult:
-        """The same result with values and intervals clipped to ``[lower, upper]``.
-
-        Free post-processing (no new charge, the same record), e.g. counts at 0.
-        """
-        frame = self.frame.copy()
-        for column in ("value", "low", "high"):
-            if column in frame:
-                frame[column] = frame[column].clip(lower, upper)
-        return attrs.evolve(self, frame=frame)
-
-    def to_polars(self) -> Any:
-        """The frame as a polars DataFrame (the key becomes a column)."""
-        try:
-            import polars as pl
-        except ImportError as exc:
-            raise ImportError('to_polars needs polars: pip install "dpaccount[polars]"') from exc
-        flat = self.frame.reset_index()
-        return pl.DataFrame({str(c): flat[c].tolist() for c in flat.columns})
-
-    def __repr__(self) -> str:  # noisy values only; the frame's size, not its rows
-        return (
-            f"GroupedResult({len(self.frame)} rows, cost={self.cost}, level={self.level})"
-        )
-
-
-# ---------------------------------------------------------------------------------------
-# Reading the frame (schema only before the charge; values only after it)
-# ---------------------------------------------------------------------------------------
-
-
-def _check_frame(data: Any) -> None:
-    kind = type(data).__name__
-    engine = engine_of(data)
-    if engine in ("dask", "spark"):
-        return
-    if hasattr(data, "collect") and not hasattr(data, "to_numpy"):
-        raise InvalidCostError(
-            "data", kind,
-            "is a lazy frame (a plan of work, not data): call .collect() first",
-        )
-    if not hasattr(data, "columns") or not hasattr(data, "__len__"):
-        raise InvalidCostError(
-            "data", kind, "must be a pandas, polars, Dask or Spark DataFrame"
-        )
-    if getattr(data.columns, "nlevels", 1) != 1:
-        raise ConfigError(
-            f"the {kind}'s columns have {data.columns.nlevels} levels (a MultiIndex); "
-            "groupby reads columns named by one string: flatten them first (for example "
-            "frame.columns = ['_'.join(map(str, c)) for c in frame.columns])"
-        )
-
-
-def _shown(name: str) -> str:
-    """A column name the caller gave, for a message (shortened; escaped)."""
-    text = ascii(name)
-    return text if len(text) <= 80 else f"{text[:60]}...' ({len(name)} characters)"
-
-
-def _check_column(data: Any, name: Any, what: str) -> None:
-    """The column ``name`` is named by a string and occurs exactly once.
-
-    Only the schema is read; the message names the caller's ``name`` and the number of
-    columns, never the frame's other column names (after a pivot they are data).
-    """
-    kind = type(data).__name__
-    if not isinstance(name, str):
-        raise ConfigError(
-            f"{what} must name a column by a str, not {type(name).__name__}: groupby "
-            "reads columns named by strings (rename the frame's columns to strings first)"
-        )
-    columns = list(data.columns)
-    found = columns.count(name)
-    if found == 0:
-        raise ConfigError(
-            f"{what} {_shown(name)} is not a column of the {kind} (it has {len(columns)} "
-            "columns)"
-        )
-    if found > 1:
-        raise ConfigError(
-            f"{what} {_shown(name)} names {found} columns of the {kind}: a column read by "
-            "groupby must have a unique name (rename the duplicates first)"
-        )
-
-
-def _check_keys_column(data: Any, name: str, what: str) -> None:
-    """A key or privacy-unit column's dtype can hold keys (by the schema alone; a pandas
-    ``object`` column is read value by value, after the charge)."""
-    text = _dtype_text(data, name)[1]
-    dtype = data.schema[name] if engine_of(data) == "polars" else text
-    if unkeyable_dtype(dtype):
-        raise ConfigError(
-            f"{what} {_shown(name)} has dtype {text}, whose values are not keys (lists, "
-            "arrays, structs or objects are not hashable): group by a column of strings, "
-            "numbers or booleans"
-        )
-
-
-#: Spark SQL types whose values read as real numbers.
-_SPARK_NUMERIC = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean")
-
-
-def _dtype_text(data: Any, name: str) -> tuple[bool, str]:
-    """Whether the column is numeric, and its dtype's name (the schema, never a value)."""
-    engine = engine_of(data)
-    if engine == "spark":
-        text = dict(data.dtypes)[name]
-        return text in _SPARK_NUMERIC or text.startswith("decimal"), text
-    if engine == "polars":
-        dtype = data.schema[name]
-        return bool(dtype.is_numeric()) or str(dtype) == "Boolean", str(dtype)
-    dtype = data[name].dtype
-    api = _pandas().api.types
-    return bool(api.is_numeric_dtype(dtype)) and not api.is_complex_dtype(dtype), str(dtype)
-
-
-#: Key types whose values travel back from the engine as JSON, for undeclared keys.
-_SPARK_KEYS = ("string", "tinyint", "smallint", "int", "bigint", "boolean")
-
-
-def _check_key_type(data: Any, by: str) -> None:
-    """Undeclared keys come back from Dask or Spark as text: strings, integers, booleans."""
-    if engine_of(data) == "spark":
-        text = dict(data.dtypes)[by]
-        ok = text in _SPARK_KEYS
-    else:
-        dtype = data[by].dtype
-        api = _pandas().api.types
-        text = str(dtype)
-        ok = (api.is_string_dtype(dtype) or api.is_integer_dtype(dtype)
-              or api.is_bool_dtype(dtype) or text == "object")
-    if not ok:
-        raise ConfigError(
-            f"the key column {by!r} has type {text}: on Dask and Spark, undeclared keys must "
-            "be strings, integers or booleans; declare the keys (keys=[...]) or cast the "
-            "column"
-        )
-
-
-def _check_numeric(data: Any, name: str) -> None:
-    numeric, text = _dtype_text(data, name)
-    if not numeric:
-        raise InvalidCostError(name, text, "must be a numeric column (its dtype is not)")
 
 
 class GroupBy:
@@ -334,52 +131,6 @@ class GroupBy:
     def bounds(self) -> ContributionBounds:
         """The contribution bounds every statistic of this grouping relies on."""
         return self._bounds
-
-    # -- the plan: what a statistic charges, decided before any data is read -----------
-
-    def _plan(
-        self, accountant: Any, epsilon: Any, delta: Any, mechanism: str | None,
-        level: Any, selection_share: Any,
-    ) -> tuple[Relation, str, float, Fraction, Fraction, ThresholdSelection | None]:
-        """Checks, and the per-part epsilon/delta of the statistic and of the selection."""
-        relation = check_accountant(accountant)
-        eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
-        lvl = check_level(level)
-        parts = self._bounds.max_groups_per_unit * (
-            1 if relation is Relation.ADD_REMOVE else 2
-        )
-        selection: ThresholdSelection | None = None
-        if self._keys is None:
-            share = to_fraction(selection_share, "selection_share")
-            if not 0 < share < 1:
-                raise InvalidCostError("selection_share", selection_share, "must be in (0, 1)")
-            if dlt == 0:
-                raise ConfigError(
-                    "the keys are not declared, so they are selected privately, which needs "
-                    "delta > 0 (e.g. delta=1e-6); or declare the public keys with keys=[...]"
-                )
-            kind = choose_mechanism(
-                mechanism or "laplace", dlt if mechanism == "gaussian" else Fraction(0)
-            )
-            sel_delta = dlt if kind == "laplace" else dlt * share
-            selection = ThresholdSelection.calibrate(
-                eps * share / parts, sel_delta / parts
-            )
-            eps, dlt = eps * (1 - share), (Fraction(0) if kind == "laplace" else dlt - sel_delta)
-        else:
-            kind = choose_mechanism(mechanism, dlt)
-        return relation, kind, lvl, eps / parts, dlt / parts, selection
-
-    def _record_charge(
-        self, part: Charge, relation: Relation, selection: ThresholdSelection | None
-    ) -> Charge:
-        if selection is not None:  # the undeclared key domain: two stand-in parts
-            part = cost_of(part) + selection.cost
-            parallel = Parallel((part, part), relation)
-        else:
-            parallel = Parallel((part,) * len(self._keys or ()), relation)
-        g = self._bounds.max_groups_per_unit
-        return parallel if g == 1 else Repeated(parallel, g)
 
     def preview(
         self, statistic: str, accountant: Accountant, *args: Any, **options: Any
@@ -442,7 +193,7 @@ class GroupBy:
         return chosen, [found[k] for k in chosen]
 
     def _frame(self, keys: list[Any], columns: dict[str, Any]) -> pd.DataFrame:
-        pd = _pandas()
+        pd = pandas_module()
         return pd.DataFrame(columns, index=pd.Index(keys, name=self._by))
 
     # -- the statistics -----------------------------------------------------------------
@@ -477,13 +228,14 @@ class GroupBy:
             label: The ledger label (default ``"groupby count"``).
             query_id: An idempotency key, as for `Accountant.charge`.
         """
-        relation, kind, lvl, eps, dlt, sel = self._plan(
-            accountant, epsilon, delta, mechanism, level, selection_share
+        relation, kind, lvl, eps, dlt, sel = plan_statistic(
+            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
+            selection_share,
         )
         r = self._bounds.max_rows_per_unit
         mech = noise_for(kind, eps, dlt, r, 1, r, self._rng)
         record = charge_or_preview(
-            accountant, self._record_charge(mech.charge, relation, sel),
+            accountant, record_charge(mech.charge, relation, sel, self._bounds, self._keys),
             label or "groupby count", query_id, lambda: float(mech.halfwidth(lvl)),
         )
         keys, found = self._gather(self._spec(), sel)
@@ -516,14 +268,17 @@ class GroupBy:
         """Noisy sums per group of ``column`` clipped to ``[lower, upper]`` (exact lattice
         sums, as `dpaccount.aggregates.sum`); one unit moves a group's sum by at most R
         times one row's sensitivity (the substitution one under substitution)."""
-        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
+        plan = plan_statistic(
+            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
+            selection_share,
+        )
         relation, kind, lvl, eps, dlt, sel = plan
         self._check_value_column(column)
         fp = FixedPoint.build(lower, upper, granularity, fill)
         s = self._bounds.max_rows_per_unit * sum_sensitivity(fp, relation)
         mech = noise_for(kind, eps, dlt, s, 1, s, self._rng)
         record = charge_or_preview(
-            accountant, self._record_charge(mech.charge, relation, sel),
+            accountant, record_charge(mech.charge, relation, sel, self._bounds, self._keys),
             label or "groupby sum", query_id,
             lambda: float(mech.halfwidth(lvl) * fp.granularity),
         )
@@ -577,7 +332,10 @@ class GroupBy:
         so a count and a mean of the same groups need one call: one charge and one pass
         over the data (contribution bounding once), not two.
         """
-        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
+        plan = plan_statistic(
+            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
+            selection_share,
+        )
         relation, kind, lvl, eps, dlt, sel = plan
         share = to_fraction(count_share, "count_share")
         if not 0 < share < 1:
@@ -591,7 +349,7 @@ class GroupBy:
         count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, self._rng)
         part = sum_mech.charge.cost + count_mech.charge.cost
         record = charge_or_preview(  # the mean's interval depends on the noisy count
-            accountant, self._record_charge(part, relation, sel),
+            accountant, record_charge(part, relation, sel, self._bounds, self._keys),
             label or "groupby mean", query_id, lambda: None,
         )
         keys, found = self._gather(self._spec(column=column, fp=fp, centre=centre), sel)
@@ -640,7 +398,10 @@ class GroupBy:
         """Noisy counts per group and bin (numeric edges, as
         `dpaccount.aggregates.histogram`). One unit's R rows in a group change its bins'
         counts by at most R in L1 (2R under substitution)."""
-        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
+        plan = plan_statistic(
+            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
+            selection_share,
+        )
         relation, kind, lvl, eps, dlt, sel = plan
         self._check_value_column(column)
         edges = check_edges(bins)
@@ -649,7 +410,7 @@ class GroupBy:
         coordinates = min(moved, edges.size - 1)
         mech = noise_for(kind, eps, dlt, r, coordinates, moved, self._rng)
         record = charge_or_preview(
-            accountant, self._record_charge(mech.charge, relation, sel),
+            accountant, record_charge(mech.charge, relation, sel, self._bounds, self._keys),
             label or "groupby histogram", query_id, lambda: float(mech.halfwidth(lvl)),
         )
         keys, found = self._gather(self._spec(column=column, edges=edges), sel)
@@ -661,7 +422,7 @@ class GroupBy:
             noisy = mech.release(t.bins or [0] * len(labels))
             out_keys.extend((key, b) for b in labels)
             out_values.extend(float(v) for v in noisy)
-        pd = _pandas()
+        pd = pandas_module()
         value = np.asarray(out_values, dtype=np.float64)
         frame = pd.DataFrame(
             {"value": value, "low": value - w, "high": value + w},
@@ -695,7 +456,10 @@ class GroupBy:
         one unit's R rows move a group's utilities by at most R max(q, 1 - q) under
         add/remove and R under substitution."""
         # the exponential mechanism is pure: delta can only pay for the key selection
-        plan = self._plan(accountant, epsilon, delta, "laplace", level, selection_share)
+        plan = plan_statistic(
+            self._bounds, self._keys, accountant, epsilon, delta, "laplace", level,
+            selection_share,
+        )
         relation, _kind, lvl, eps, _dlt, sel = plan
         qf = to_fraction(q, "q")
         if not 0 <= qf <= 1:
@@ -712,7 +476,7 @@ class GroupBy:
             math.log(grid.size) + math.log(1.0 / (1.0 - lvl))
         ) * (1 + 1e-12)
         record = charge_or_preview(
-            accountant, self._record_charge(mech.charge, relation, sel),
+            accountant, record_charge(mech.charge, relation, sel, self._bounds, self._keys),
             label or "groupby quantile", query_id, lambda: rank_err,
         )
         keys, found = self._gather(self._spec(column=column, grid=grid), sel)
@@ -726,8 +490,8 @@ class GroupBy:
         )
 
     def _check_value_column(self, column: Any) -> None:
-        _check_column(self._data, column, "column")
-        _check_numeric(self._data, column)
+        check_frame_column(self._data, column, "column")
+        check_numeric(self._data, column)
 
 
 def _utilities(found: GroupTotals, size: int, q: Fraction) -> list[Fraction]:
@@ -771,14 +535,14 @@ def groupby(
             integer, or the keys repeat.
         ConfigError: A column is missing, or bounds are given without a privacy unit.
     """
-    _check_frame(data)
+    check_frame(data)
     if by is None:  # the whole table: one group, declared
         if keys is not None:
             raise ConfigError("by=None is the whole table: leave keys unset")
         keys = [WHOLE_TABLE]
     else:
-        _check_column(data, by, "by")
-        _check_keys_column(data, by, "the key column")
+        check_frame_column(data, by, "by")
+        check_keys_column(data, by, "the key column")
     bounds = ContributionBounds(max_groups_per_unit, max_rows_per_unit)
     if privacy_unit is None:
         if not bounds.is_one_row_per_unit:
@@ -787,10 +551,10 @@ def groupby(
                 "name the column that identifies a person with privacy_unit=..."
             )
     else:
-        _check_column(data, privacy_unit, "privacy_unit")
-        _check_keys_column(data, privacy_unit, "the privacy_unit column")
+        check_frame_column(data, privacy_unit, "privacy_unit")
+        check_keys_column(data, privacy_unit, "the privacy_unit column")
     if keys is None and by is not None and engine_of(data) in ("dask", "spark"):
-        _check_key_type(data, by)
+        check_key_type(data, by)
     if keys is not None:
         if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
             raise InvalidCostError("keys", type(keys).__name__, "must be a list of keys")
@@ -804,6 +568,6 @@ def groupby(
                 raise InvalidCostError(
                     "keys", type(key).__name__, "every declared key must be hashable"
                 ) from None
-        if not _pandas().Index(declared).is_unique:
+        if not pandas_module().Index(declared).is_unique:
             raise InvalidCostError("keys", f"{len(declared)} keys", "must be distinct")
     return GroupBy(data, by, keys, privacy_unit, bounds, resolve_rng(rng))

@@ -1,4 +1,5 @@
-"""What the aggregates return: a noisy value with its record and an accuracy statement."""
+"""What the aggregates return: a noisy value (or a frame of them, one row per group) with
+its record and an accuracy statement."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from dpaccount.charges import Relation
 from dpaccount.costs import PrivacyCost
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    import pandas as pd
+
     from dpaccount.accountant import ChargePreview
+    from dpaccount.aggregates.units import ContributionBounds
     from dpaccount.records import LedgerRecord
 
-__all__ = ["AggregatePreview", "AggregateResult"]
+__all__ = ["AggregatePreview", "AggregateResult", "GroupedResult"]
 
 
 @attrs.frozen
@@ -125,3 +129,69 @@ class AggregatePreview:
     def admitted(self) -> bool:
         """Whether the ledger would take the charge now."""
         return self.charge.admitted
+
+
+@attrs.frozen(repr=False, eq=False)
+class GroupedResult:
+    """Noisy per-group statistics, their intervals and the one ledger record.
+
+    Attributes:
+        frame: A pandas DataFrame indexed by the group key (named as the ``by``
+            column; for a histogram, by key and bin) with columns ``value``, ``low`` and
+            ``high`` (a quantile has ``value`` only: its accuracy is in ranks).
+        level: The confidence level of each row's interval (per group, not
+            simultaneously).
+        error_bound: The noise's half-width at ``level`` in the answer's units, per
+            group (for a mean, the largest half-width of the groups' intervals; for a
+            quantile, in ranks).
+        accuracy: The accuracy statement in words.
+        record: The ledger record: one charge for all groups.
+        sensitivity: One group's sensitivity to one privacy unit, in the answer's units.
+        relation: The neighbouring relation of the ledger.
+        bounds: The contribution bounds applied (G groups, R rows per group and unit).
+        keys_selected: True when the keys were chosen privately (not declared).
+        counts: For a mean, the noisy count of each group that the mean divides by (a
+            frame with ``value``, ``low`` and ``high``, as `GroupBy.count` returns),
+            released with the mean's ``count_share``; None for the other statistics.
+    """
+
+    frame: pd.DataFrame
+    level: float
+    error_bound: float
+    accuracy: str
+    record: LedgerRecord
+    sensitivity: Fraction
+    relation: Relation
+    bounds: ContributionBounds
+    keys_selected: bool
+    counts: pd.DataFrame | None = None
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The (epsilon, delta) charged for all groups together."""
+        return self.record.cost
+
+    def clamped(self, lower: float = 0.0, upper: float | None = None) -> GroupedResult:
+        """The same result with values and intervals clipped to ``[lower, upper]``.
+
+        Free post-processing (no new charge, the same record), e.g. counts at 0.
+        """
+        frame = self.frame.copy()
+        for column in ("value", "low", "high"):
+            if column in frame:
+                frame[column] = frame[column].clip(lower, upper)
+        return attrs.evolve(self, frame=frame)
+
+    def to_polars(self) -> Any:
+        """The frame as a polars DataFrame (the key becomes a column)."""
+        try:
+            import polars as pl
+        except ImportError as exc:
+            raise ImportError('to_polars needs polars: pip install "dpaccount[polars]"') from exc
+        flat = self.frame.reset_index()
+        return pl.DataFrame({str(c): flat[c].tolist() for c in flat.columns})
+
+    def __repr__(self) -> str:  # noisy values only; the frame's size, not its rows
+        return (
+            f"GroupedResult({len(self.frame)} rows, cost={self.cost}, level={self.level})"
+        )
