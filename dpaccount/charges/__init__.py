@@ -13,6 +13,15 @@ each `Subsampled`, `Parallel` or `Repeated` adds one) and holds at most `MAX_PAR
 charges (a part shared by several parents counted each time): a larger one is refused
 with `InvalidCostError` when it is built, so every walk over a tree is bounded.
 
+The package holds one concept a module, and every name is imported from here:
+
+* `relations`: the neighbouring relations and sampling schemes.
+* `leaves`: the leaf charges, one run of one mechanism described by its noise.
+* `combinators`: `Subsampled`, `Parallel` and `Repeated`, the bounds on a tree, and
+  `cost_of`.
+* `walks`: `atoms`, `relation_of`, `describe` and `shown`.
+* `checks`: `check_relations` and `check_nesting`, where a charge enters a ledger.
+
 Examples:
     >>> c = Repeated(PrivacyCost("0.1"), 3)
     >>> list(atoms(c))
@@ -48,28 +57,30 @@ from dpaccount.charges.relations import Relation, Scheme
 from dpaccount.charges.walks import atoms, describe, relation_of, shown
 from dpaccount.costs import PrivacyCost  # noqa: F401 - the doctests above use it
 
-__all__ = [
-    "CHARGE_TYPES",
+#: In the order of the concepts (relations, leaves, combinators, walks and checks), the
+#: order the API page shows them in.
+__all__ = [  # noqa: RUF022
+    "Relation",
+    "Scheme",
     "MAX_NESTING",
     "MAX_PARTS",
-    "Atom",
-    "BoundedRangeCharge",
-    "Charge",
-    "DiscreteGaussianCharge",
-    "DiscreteLaplaceCharge",
-    "GaussianCharge",
     "LaplaceCharge",
-    "Parallel",
+    "GaussianCharge",
+    "DiscreteLaplaceCharge",
+    "DiscreteGaussianCharge",
     "RandomizedResponseCharge",
-    "Relation",
-    "Repeated",
-    "Scheme",
+    "BoundedRangeCharge",
     "Subsampled",
+    "Parallel",
+    "Repeated",
+    "Atom",
+    "Charge",
+    "CHARGE_TYPES",
     "atoms",
     "check_nesting",
-    "check_relations",
     "cost_of",
-    "describe",
     "relation_of",
+    "check_relations",
+    "describe",
     "shown",
 ]
