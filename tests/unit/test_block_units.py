@@ -210,3 +210,20 @@ def test_a_rho_unit_budget_needs_zcdp_blocks() -> None:
         BlockLedgers("memory://", "s", budget_per_block=Budget(1, "1e-6"),
                      max_blocks_per_unit=1, max_records_per_block=1,
                      unit_budget=Budget(rho=1))
+
+
+def test_zcdp_blocks_are_charged_jointly_and_their_rho_is_stored(url: str) -> None:
+    from dpaccount import open_ledger
+    from dpaccount.errors import BudgetExceededError
+
+    budget = Budget(rho="0.01", delta="1e-6")
+    g = GaussianCharge(sigma=10, sensitivity=1, epsilon=1)  # rho = 1/200
+    with BlockLedgers(url, "z", budget_per_block=budget, rule="zcdp") as blocks:
+        blocks.charge(g, ["a", "b"])
+        blocks.charge(g, ["b"])  # b is full: 2/200
+        with pytest.raises(BudgetExceededError) as refused:
+            blocks.charge(g, ["a", "b"])
+        assert refused.value.ledger == "z/b"
+        assert blocks.ledger("a").state.rho == Fraction(1, 200)  # all or nothing
+    with open_ledger(url, name="z/b") as stored:
+        assert stored.budget == budget and stored.state.rho == Fraction(1, 100)
