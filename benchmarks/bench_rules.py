@@ -40,6 +40,7 @@ from dpaccount.composition.filters import FilterRule
 from dpaccount.composition.heterogeneous import HeterogeneousRule
 from dpaccount.composition.optimal import OptimalRule
 from dpaccount.composition.planning import max_queries
+from dpaccount.composition.zcdp import ZCDPRule
 from dpaccount.costs import Budget, PrivacyCost
 
 
@@ -142,9 +143,12 @@ def per_charge_times(n: int, dpl: Any) -> None:
     # budget: admits() cannot take the whole-plan shortcut (the slow path before).
     tight = Budget(10, "1e-5")
     unit = PrivacyCost("0.001")
+    rho_budget = Budget(rho=5, delta="1e-5")  # an OpenDP-style budget in rho
     factories: dict[str, tuple[Callable[[], Rule[Any]], Budget]] = {
         "basic": (BasicRule, budget),
         "filter": (lambda: FilterRule(budget=budget), budget),
+        "zcdp": (lambda: ZCDPRule(budget=budget), budget),
+        "zcdp, rho budget": (lambda: ZCDPRule(budget=rho_budget), rho_budget),
         "advanced": (lambda: AdvancedRule(plan=(unit, n), budget=budget), budget),
         "heterogeneous": (lambda: HeterogeneousRule(plan=(unit, n), budget=budget), budget),
         "optimal": (lambda: OptimalRule(plan=(unit, n), budget=budget), budget),

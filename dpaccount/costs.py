@@ -235,9 +235,11 @@ def trusted_cost(epsilon: Fraction, delta: Fraction) -> PrivacyCost:
 ZERO_COST = trusted_cost(ZERO, ZERO)
 
 
-def _budget_epsilon(value: Any) -> Fraction | None:
+def _budget_epsilon(value: Any) -> Any:
     if value is _UNLIMITED:
         return None
+    if value is _ABSENT:
+        return _ABSENT  # resolved in `Budget.__attrs_post_init__`, which sees ``rho``
     if value is None or (isinstance(value, float) and value == float("inf")):
         raise InvalidCostError(
             "epsilon",
@@ -247,26 +249,51 @@ def _budget_epsilon(value: Any) -> Fraction | None:
     return check_epsilon(value)
 
 
+def _budget_rho(value: Any) -> Fraction | None:
+    return None if value is None else check_epsilon(value, "rho")
+
+
 _UNLIMITED = object()
+#: ``Budget(rho=...)``: no epsilon given (only a zCDP budget).
+_ABSENT: Any = object()
 
 
 @attrs.frozen(repr=False)
 class Budget:
-    """The total (epsilon, delta) a ledger may spend.
+    """The total (epsilon, delta) a ledger may spend, or a zCDP budget rho.
 
     Attributes:
-        epsilon: Non-negative and finite, or None for `unlimited()` (tracking only).
-        delta: In [0, 1).
+        epsilon: Non-negative and finite, or None: for `unlimited()` (tracking only), or
+            for a budget given in rho alone (``Budget(rho=0.5)``).
+        delta: In [0, 1). With ``rho`` alone, the delta at which the ledger states what
+            it spent as (epsilon, delta).
+        rho: A zero-concentrated DP budget (Bun and Steinke 2016, Def. 1.1): the ledger
+            is rho-zCDP. Only the ``zcdp`` rule takes it (every other rule refuses a
+            budget with a rho); with an epsilon as well, both limits hold.
+
+    Raises:
+        InvalidCostError: A negative, infinite or non-numeric value, ``delta >= 1``, or
+            neither an epsilon nor a rho.
 
     Examples:
         >>> Budget(1, "1e-5")
         Budget(epsilon=1, delta=1e-05)
         >>> Budget.unlimited().epsilon is None
         True
+        >>> Budget(rho="0.5")
+        Budget(rho=0.5)
     """
 
-    epsilon: Fraction | None = attrs.field(converter=_budget_epsilon)
+    epsilon: Fraction | None = attrs.field(default=_ABSENT, converter=_budget_epsilon)
     delta: Fraction = attrs.field(default=ZERO, converter=check_delta)
+    rho: Fraction | None = attrs.field(default=None, kw_only=True, converter=_budget_rho)
+
+    def __attrs_post_init__(self) -> None:
+        if self.epsilon is _ABSENT:
+            if self.rho is None:
+                raise InvalidCostError(
+                    "epsilon", None, "a budget needs an epsilon (or a zCDP rho=)")
+            object.__setattr__(self, "epsilon", None)
 
     @classmethod
     def unlimited(cls, delta: Any = 0) -> Budget:
@@ -275,17 +302,28 @@ class Budget:
 
     @property
     def is_unlimited(self) -> bool:
-        """True for a tracking-only budget with no epsilon limit."""
-        return self.epsilon is None
+        """True for a tracking-only budget: no epsilon limit and no rho."""
+        return self.epsilon is None and self.rho is None
 
     def __repr__(self) -> str:
-        return (
-            f"Budget(epsilon={format_number(self.epsilon)}, "
-            f"delta={format_number(self.delta)})"
-        )
+        if self.rho is None:
+            return (
+                f"Budget(epsilon={format_number(self.epsilon)}, "
+                f"delta={format_number(self.delta)})"
+            )
+        parts = [] if self.epsilon is None else [f"epsilon={format_number(self.epsilon)}"]
+        if self.epsilon is not None or self.delta:
+            parts.append(f"delta={format_number(self.delta)}")
+        return f"Budget({', '.join([*parts, f'rho={format_number(self.rho)}'])})"
 
     def __str__(self) -> str:
-        return f"({_shown('ε', self.epsilon, False)}, {_shown('δ', self.delta, False)})"
+        parts = [] if self.epsilon is None and self.rho is not None else [
+            _shown("ε", self.epsilon, False)]
+        if parts or self.delta:
+            parts.append(_shown("δ", self.delta, False))
+        if self.rho is not None:
+            parts.append(_shown("ρ", self.rho, False))
+        return f"({', '.join(parts)})"
 
 
 def as_budget(value: Any) -> Budget:

@@ -315,6 +315,7 @@ class LedgerMeta(_Strict):
         parent: For a sub-budget, the ledger (in the same database) whose budget it is a
             share of: every charge to it is also charged to the parent and its parents,
             all or nothing. None (and absent from the stored JSON) otherwise.
+        budget_rho: A zCDP budget rho (`Budget.rho`); None (and absent) for none.
     """
 
     schema_version: Literal[1] = SCHEMA_VERSION
@@ -326,6 +327,7 @@ class LedgerMeta(_Strict):
     dataset_size: int | None = pydantic.Field(default=None, ge=1)
     key_id: str | None = pydantic.Field(default=None, pattern="^[0-9a-f]{16}$")
     parent: str | None = pydantic.Field(default=None, min_length=1)
+    budget_rho: Exact | None = None
 
     @pydantic.field_validator("name", "parent")
     @classmethod
@@ -339,7 +341,7 @@ class LedgerMeta(_Strict):
         # Metadata without a key or a parent serialises exactly as before they existed.
         data = handler(self)
         if isinstance(data, dict):
-            for field in ("key_id", "parent"):
+            for field in ("key_id", "parent", "budget_rho"):
                 if data.get(field) is None:
                     data.pop(field, None)
         return data
@@ -347,9 +349,11 @@ class LedgerMeta(_Strict):
     @property
     def budget(self) -> Budget:
         """The budget as a value."""
-        if self.budget_epsilon is None:
+        rho = None if self.budget_rho is None else _unfrac(self.budget_rho)
+        if self.budget_epsilon is None and rho is None:
             return Budget.unlimited(_unfrac(self.budget_delta))
-        return Budget(_unfrac(self.budget_epsilon), _unfrac(self.budget_delta))
+        eps = {} if self.budget_epsilon is None else {"epsilon": _unfrac(self.budget_epsilon)}
+        return Budget(**eps, delta=_unfrac(self.budget_delta), rho=rho)
 
     @classmethod
     def build(
@@ -377,6 +381,7 @@ class LedgerMeta(_Strict):
             relation=relation,
             dataset_size=dataset_size,
             parent=parent,
+            budget_rho=None if budget.rho is None else _frac(budget.rho),
         )
 
 

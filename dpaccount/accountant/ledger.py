@@ -151,7 +151,7 @@ class Ledger:
         self._rule, meta = ledger_settings(
             name, self._budget, rule, relation, plan, rule_options, dataset_size, parent
         )
-        if self._budget.epsilon is None and self._rule.spent_meaning is SpentMeaning.FILTER:
+        if self._budget.is_unlimited and self._rule.spent_meaning is SpentMeaning.FILTER:
             raise ConfigError(
                 f"the {self._rule.name!r} rule is a privacy filter: what it certifies is its "
                 "budget, and with an unlimited budget there is nothing to certify (a running "

@@ -40,7 +40,8 @@ def ledger_settings(
     relation; a declared plan is passed as ``plan``.
 
     Raises:
-        ConfigError: Unknown rule or relation, or options the rule does not take.
+        ConfigError: Unknown rule or relation, options the rule does not take, or a zCDP
+            budget (``Budget.rho``) under a rule that does not take one.
     """
     try:
         the_relation = Relation(relation)
@@ -56,6 +57,7 @@ def ledger_settings(
         if rule in RELATION_RULES:
             options.setdefault("relation", the_relation)
     the_rule = make_rule(rule, **options)
+    the_rule.check_budget(budget)  # a rho budget only under a rule that reads it
     meta = LedgerMeta.build(name, budget, the_rule.describe(), the_relation, dataset_size,
                             parent)
     return the_rule, meta

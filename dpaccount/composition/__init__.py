@@ -10,6 +10,7 @@
 | ``pld`` | adaptive mechanisms, fixed plan | privacy loss distributions (Dong-Roth-Su 2019) |
 | ``rdp`` | fully adaptive | Rényi filter (Feldman and Zrnic 2021) |
 | ``gdp`` | fully adaptive, Gaussian charges | Gaussian-DP filter (Smith and Thakurta 2022) |
+| ``zcdp`` | fully adaptive, charges with a rho | zCDP filter (Feldman and Zrnic 2021, Thm 3.1) |
 | ``best`` | the declared adaptivity | the tightest of the above that is valid for it |
 
 Tight accounting for Gaussian, Laplace and subsampled mechanisms lives in
@@ -45,6 +46,7 @@ from dpaccount.composition.registry import (
 )
 from dpaccount.composition.registry import register_rule as register_rule  # (likewise)
 from dpaccount.composition.subsampling import subsample
+from dpaccount.composition.zcdp import ZCDPRule, zcdp_conversion
 
 __all__ = [
     "COMPOSE_RULES",
@@ -58,6 +60,7 @@ __all__ = [
     "OptimalRule",
     "Plan",
     "Rule",
+    "ZCDPRule",
     "advanced",
     "advanced_adaptive",
     "advanced_simplified",
@@ -74,4 +77,5 @@ __all__ = [
     "remaining_per_query",
     "rule_from_description",
     "subsample",
+    "zcdp_conversion",
 ]

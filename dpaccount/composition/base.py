@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from dpaccount.charges import Atom, Charge, atoms
 from dpaccount.costs import Budget, PrivacyCost
-from dpaccount.errors import UnsupportedChargeError
+from dpaccount.errors import ConfigError, UnsupportedChargeError
 
 __all__ = ["Adaptivity", "ByIdentity", "Rule", "SpentMeaning", "count_distinct"]
 
@@ -140,6 +140,9 @@ class Rule(abc.ABC, Generic[State]):
     #: ``add(add(s, a, m), a, n) == add(s, a, m + n)`` and the order of folding is
     #: irrelevant): then `extend_all` folds each distinct charge once, times its count.
     order_free: bool = False
+    #: Whether ``admits`` reads a budget's zCDP ``rho`` (`Budget.rho`): a ledger refuses a
+    #: budget with a rho under a rule that would ignore it (only ``zcdp`` takes one).
+    takes_rho: bool = False
 
     @abc.abstractmethod
     def start(self) -> State:
@@ -165,6 +168,19 @@ class Rule(abc.ABC, Generic[State]):
     @abc.abstractmethod
     def admits(self, state: State, budget: Budget) -> bool:
         """Whether a ledger in ``state`` is still within ``budget`` (the stopping rule)."""
+
+    def check_budget(self, budget: Budget) -> None:
+        """Refuse a budget this rule cannot enforce: a zCDP ``rho`` under a rule that
+        does not read it (`takes_rho`), which would otherwise be ignored.
+
+        Raises:
+            ConfigError: Naming the rule that takes a rho budget.
+        """
+        if budget.rho is not None and not self.takes_rho:
+            raise ConfigError(
+                f"the {self.name!r} rule does not take a zCDP budget (rho); use "
+                "rule='zcdp', or give the budget as (epsilon, delta)"
+            )
 
     def extend(self, state: State, charge: Charge) -> State:
         """Fold a whole charge (with its multiplicity) into ``state``."""

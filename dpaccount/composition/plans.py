@@ -353,6 +353,7 @@ def remaining_per_query(
         PrivacyCost(epsilon=0.25, delta=0)
     """
     k = check_count(k, "k")
+    rule.check_budget(budget)
     per_delta = to_fraction(delta, "delta")
     if per_delta < 0 or per_delta >= 1:
         raise InvalidCostError("delta", delta, "must be in [0, 1)")
@@ -403,6 +404,7 @@ def max_queries(rule: Rule[Any], state: Any, budget: Budget, cost: Any) -> int |
         >>> max_queries(r, r.start(), Budget(1), PrivacyCost("0.3"))
         3
     """
+    rule.check_budget(budget)
     charge = as_cost(cost) if isinstance(cost, tuple) else cost
 
     def fits(n: int) -> bool:

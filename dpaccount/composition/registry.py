@@ -2,7 +2,7 @@
 
 `RULES` maps every name an accountant or a stored ledger may give (``basic``,
 ``filter``, ``advanced``, ``heterogeneous``, ``optimal``, ``best``, ``pld``, ``rdp``,
-``gdp``) to a factory; `make_rule()` builds one, `rule_from_description()` rebuilds
+``gdp``, ``zcdp``) to a factory; `make_rule()` builds one, `rule_from_description()` rebuilds
 the rule a ledger stored. The closed-form rules and ``best`` come from
 `dpaccount.composition.best.REGISTRY` (what `best.build_rule()` builds by name); the
 tight engines' rules (``pld``, ``rdp``, ``gdp``) live in `dpaccount.accounting` and are
@@ -29,6 +29,7 @@ from dpaccount.composition.base import Rule
 from dpaccount.composition.basic import BasicRule
 from dpaccount.composition.best import REGISTRY
 from dpaccount.composition.plans import Plan
+from dpaccount.composition.zcdp import ZCDPRule
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, DPAccountError
 
@@ -68,6 +69,7 @@ RULES: dict[str, Any] = {
     "pld": _pld_rule,
     "rdp": _rdp_rule,
     "gdp": _gdp_rule,
+    "zcdp": ZCDPRule,
 }
 
 #: Rules that take the ledger's neighbouring relation.

@@ -41,6 +41,7 @@ _KINDS: dict[str, tuple[str, str]] = {
     "plan": ("dpaccount.composition.plans", "PlanState"),
     "rdp": ("dpaccount.accounting.rdp.rule", "RDPState"),
     "gdp": ("dpaccount.accounting.gdp", "GDPState"),
+    "zcdp": ("dpaccount.composition.zcdp", "ZCDPState"),
     "pld": ("dpaccount.accounting.pld", "PLDState"),
 }
 _KIND_OF: dict[tuple[str, str], str] = {where: kind for kind, where in _KINDS.items()}

@@ -151,6 +151,17 @@ class TestBestRule(RuleContract):
         return best_rule("adaptive_mechanisms", plan=PLAN, budget=BUDGET)
 
 
+class TestZCDPRule(RuleContract):
+    def make(self) -> Rule[Any]:
+        from dpaccount.composition.zcdp import ZCDPRule
+
+        return ZCDPRule(budget=BUDGET)
+
+    def test_declares_full_adaptivity_and_takes_rho(self) -> None:
+        rule = self.make()
+        assert rule.adaptivity is Adaptivity.FULLY_ADAPTIVE and rule.takes_rho
+
+
 class FixedPlanContract:
     """Extra promises of the fixed-plan rules: charges outside the plan are refused."""
 
