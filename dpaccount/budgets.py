@@ -145,7 +145,8 @@ def _charge_locked(accountants: Sequence[Accountant], charges: list[Charge],
     else:
         store: Any = accountants[0].store
         parts = [GroupAppend(acct._meta.name, acct._head, record,
-                             getattr(acct.store, "_meta_text", None), acct._decider(c, box))
+                             getattr(acct.store, "_meta_text", None), acct._decider(c, box),
+                             getattr(acct.store, "seen_tip", None))
                  for acct, record, c, box in zip(accountants, records, charges, seen,
                                                  strict=True)]
         try:
