@@ -53,6 +53,7 @@ __all__ = [
     "renumberable",
     "snapshot_settings",
     "split_at_seq",
+    "sums_after",
     "sums_follow",
     "within_limits",
 ]
@@ -338,6 +339,29 @@ def _adds_up(old: str, cost: str, new: str) -> bool:
     if den.bit_length() <= SUM_BITS:  # the sum's reduced denominator fits: no rounding
         return nn * den == (on * cd + cn * od) * nd
     return bounded_sum(Fraction(on, od) + Fraction(cn, cd)) == Fraction(nn, nd)
+
+
+def sums_after(tip: LedgerTip, payloads: Iterable[str]) -> tuple[Fraction, Fraction] | None:
+    """The cached sums after the records whose canonical payloads are ``payloads``,
+    added to ``tip``'s one by one as the cache adds them (`bounded_sum`), each cost read
+    from its payload as the sums trigger reads it; None if a payload holds none.
+
+    Examples:
+        >>> tip = LedgerTip(1, "h", Fraction(1, 2), Fraction(0))
+        >>> sums_after(tip, ['{"cost":{"delta":"0/1","epsilon":"1/4","kind":"cost"}}'])
+        (Fraction(3, 4), Fraction(0, 1))
+    """
+    eps, delta = tip.epsilon_sum, tip.delta_sum
+    for payload in payloads:
+        match = _COST.search(payload)
+        if match is None:
+            return None
+        try:
+            eps = bounded_sum(eps + Fraction(*_int_pair(match[2])))
+            delta = bounded_sum(delta + Fraction(*_int_pair(match[1])))
+        except (ValueError, ZeroDivisionError):
+            return None
+    return eps, delta
 
 
 def sums_follow(old_epsilon: str, old_delta: str, new_epsilon: str, new_delta: str,

@@ -33,7 +33,12 @@ from dpaccount.errors import LedgerCorruptError
 from dpaccount.records import GENESIS_HASH
 from dpaccount.storage._sql import SUM_BITS
 
+#: The bounded exact addition of two "num/den" texts (created with the tables, see
+#: `dpaccount.storage.postgres.schema`): the one the sums trigger checks each move with.
+ADD_FUNCTION = "dpaccount_add_bounded_v1"
+
 __all__ = [
+    "ADD_FUNCTION",
     "APPEND_AT_FUNCTION",
     "CMP_FUNCTION",
     "DEFINER_FUNCTIONS",
@@ -185,14 +190,44 @@ _SEEN_CHECK = """
                 v_bad := 'diverged';
             ELSIF {s}.{cmp}(v_eps, p_seen_eps) < 0
                   OR {s}.{cmp}(v_delta, p_seen_delta) < 0 THEN
-                v_bad := 'tampered';
+                v_bad := 'tampered';{adds_up}
             END IF;
         END IF;
     END IF;"""
 
+# The records since the tip the writer saw must add up, one bounded addition each (as
+# the cache adds them), from its sums to the cached ones: a cache reset behind the
+# writer's back (or moved forward without adding a record's cost) is tampering. The
+# cost is read from each payload as the sums trigger reads it.
+_ADDS_UP = """
+            ELSE
+                v_fe := p_seen_eps; v_fd := p_seen_delta;
+                FOR v_text IN SELECT r.payload FROM {s}.records r
+                    WHERE r.ledger = p_name AND r.seq >= p_seen_head AND r.seq < v_head
+                    ORDER BY r.seq
+                LOOP
+                    v_at := strpos(v_text, '"cost":{{"delta":"');
+                    v_text := substr(v_text, v_at + 17);
+                    v_cd := split_part(v_text, '"', 1);
+                    v_text := substr(v_text, length(v_cd) + 1);
+                    IF v_at = 0 OR left(v_text, 13) <> '","epsilon":"' THEN
+                        v_fe := NULL;
+                        EXIT;
+                    END IF;
+                    v_fe := {s}.{add}(v_fe, split_part(substr(v_text, 14), '"', 1));
+                    v_fd := {s}.{add}(v_fd, v_cd);
+                END LOOP;
+                IF v_fe IS NULL OR {s}.{cmp}(v_fe, v_eps) <> 0
+                   OR {s}.{cmp}(v_fd, v_delta) <> 0 THEN
+                    v_bad := 'tampered';
+                END IF;"""
 
-def _seen_check(s: str) -> str:
-    return _SEEN_CHECK.format(s=s, cmp=CMP_FUNCTION, genesis=GENESIS_HASH)
+
+def _seen_check(s: str, exact: bool) -> str:
+    """The tip check; with ``exact`` (a function that decides on the cached sums) the
+    records since the tip seen must also add up to them."""
+    adds_up = _ADDS_UP.format(s=s, add=ADD_FUNCTION, cmp=CMP_FUNCTION) if exact else ""
+    return _SEEN_CHECK.format(s=s, cmp=CMP_FUNCTION, genesis=GENESIS_HASH, adds_up=adds_up)
 
 
 def _within_sql(s: str) -> str:
@@ -209,7 +244,7 @@ RETURNS TABLE (r_seq bigint, r_payload text, r_prev text, r_hash text, r_qid tex
 LANGUAGE plpgsql {_DEFINER} AS $fn$
 DECLARE
     v_head bigint; v_last text; v_eps text; v_delta text; v_meta text; v_anchor text;
-    v_bad text;
+    v_bad text; v_text text; v_at integer; v_cd text; v_fe text; v_fd text;
     en numeric; ed numeric; dn numeric; dd numeric; g numeric; v_scale numeric;
     ren numeric; red numeric; rdn numeric; rdd numeric;
     v_ok boolean; v_payload text; v_hash text;
@@ -229,7 +264,7 @@ BEGIN
         v_bad := 'migrated';
     ELSIF v_head < p_known THEN
         v_bad := 'behind';
-    ELSE{_seen_check(s)}
+    ELSE{_seen_check(s, True)}
     END IF;
     IF v_bad IS NOT NULL THEN
         r_status := v_bad;
@@ -420,7 +455,7 @@ BEGIN
     END IF;
     IF p_meta IS NOT NULL AND v_meta IS DISTINCT FROM p_meta THEN
         RETURN 'migrated';
-    END IF;{_seen_check(s)}
+    END IF;{_seen_check(s, False)}
     IF v_bad IS NOT NULL THEN
         RETURN v_bad;
     END IF;

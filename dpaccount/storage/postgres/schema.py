@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dpaccount.storage._sql import SUM_BITS
 from dpaccount.storage.postgres.functions import (
+    ADD_FUNCTION,
     CMP_FUNCTION,
     MAY_WRITE_FUNCTION,
     SIGNATURES,
@@ -244,7 +245,6 @@ TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
 #: The deferred trigger function that checks a tip moved by one record adds its cost,
 #: and the bounded exact addition of two ``"num/den"`` texts it uses.
 SUMS_FUNCTION = "dpaccount_sums_follow_records_v2"
-ADD_FUNCTION = "dpaccount_add_bounded_v1"
 
 #: The server-side function behind `PostgresStore.append_within()` (its signature;
 #: the name carries a version so a changed body gets a new function).

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-from dpaccount.errors import LedgerConflictError
+from dpaccount.errors import LedgerConflictError, LedgerCorruptError
 from dpaccount.records import (
     LedgerRecord,
     canonical_bytes,
@@ -20,6 +20,7 @@ from dpaccount.storage._sql import (
     RecordRow,
     check_key,
     renumberable,
+    sums_after,
     within_limits,
 )
 from dpaccount.storage.base import AppendResult, GroupAppend
@@ -111,6 +112,18 @@ class SQLiteAppends(SQLiteSession):
             rows: list[RecordRow] = []
             if tip.head > known_head:
                 prev, rows = self._rows_since(cur, known_head)
+            # The decision below is made on the cached sums: the records since the tip
+            # seen must add up to them (read under the lock; only their costs).
+            if seen is not None and tip.head > seen.head:
+                since = (rows if seen.head == known_head
+                         else self._rows_since(cur, seen.head)[1])
+                if sums_after(seen, (row[1] for row in since)) != (tip.epsilon_sum,
+                                                                   tip.delta_sum):
+                    raise LedgerCorruptError(
+                        "the ledger's cached sums are not what the records since this "
+                        "writer last read it add up to: someone reset or edited them "
+                        "around the protective triggers; nothing was written",
+                        seq=seen.head)
             if not within_limits(tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
                                  epsilon_limit, delta_limit, delta_below):
                 return None, tip, prev, rows
