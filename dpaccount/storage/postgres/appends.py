@@ -158,11 +158,12 @@ class PostgresAppends(PostgresProtections):
             "eps_limit": None if epsilon_limit is None else frac_text(epsilon_limit),
             "delta_limit": frac_text(delta_limit),
             "delta_below": None if delta_below is None else frac_text(delta_below),
-            "meta": self._meta_text, **_seen_params(seen), **self._guard_params(),
+            "meta": self._meta_text, **_seen_params(seen),
         }
         self._prefetch = None
+        # (The guard's pins are read at each try: a retry after a re-pin sends the new.)
         rows, status, barrier_ok = self._call(
-            lambda conn: self._within_round_trip(conn, params)
+            lambda conn: self._within_round_trip(conn, {**params, **self._guard_params()})
         )
         head, prev, record_hash, state = int(status[0]), status[2], status[3], status[5]
         if state not in ("appended", "refused"):
@@ -284,8 +285,6 @@ class PostgresAppends(PostgresProtections):
             "%(g_tables)s, %(g_triggers)s, %(g_functions)s, %(g_signature)s); COMMIT"
             + (f"; {self._sql_barrier}" if group else "")
         )
-        guard = self._guard_params()
-
         def run(conn: Any) -> tuple[list[tuple[LedgerTip, list[LedgerRecord]]],
                                     list[LedgerTip] | None]:
             self._prepare(conn)
@@ -299,7 +298,8 @@ class PostgresAppends(PostgresProtections):
                     conn.execute("ROLLBACK")
                     return found, None
                 new, params = self._store_params(parts, cut, found)
-                cur.execute(store_sql, {**params, **guard, "name": parts[-1].name,
+                cur.execute(store_sql, {**params, **self._guard_params(),
+                                        "name": parts[-1].name,
                                         "seq": new[-1].head - 1, "hash": new[-1].last_hash})
                 done = _results(cur)
                 statuses = {str(row[0]): str(row[1]) for row in done[0][1]}
@@ -320,6 +320,7 @@ class PostgresAppends(PostgresProtections):
                 raise
             return found, new
 
+        self._guard_params()  # pinned now, outside the transaction that runs the guard
         found, new = self._call(run)
         for i, part in enumerate(parts):
             self._seen[part.name] = found[i][0] if new is None else new[i]
@@ -415,9 +416,10 @@ class PostgresAppends(PostgresProtections):
             "eps": frac_text(tip.epsilon_sum), "delta": frac_text(tip.delta_sum),
             "meta": self._meta_text, "payload": payload, "hash": record_hash,
             "qid": record.query_id, "new_eps": frac_text(new.epsilon_sum),
-            "new_delta": frac_text(new.delta_sum), **self._guard_params(),
+            "new_delta": frac_text(new.delta_sum),
         }
-        status, rows = self._call(lambda conn: self._append_round_trip(conn, params))
+        status, rows = self._call(
+            lambda conn: self._append_round_trip(conn, {**params, **self._guard_params()}))
         if status == "appended":
             tip, rows = new, rows[1:]  # our own record comes first
         elif status != "conflict":
