@@ -36,7 +36,7 @@ from dpaccount.errors import (
 from dpaccount.ledgers import open_ledger
 from dpaccount.records import LedgerMeta, LedgerRecord, canonical_bytes, chain_hash_payload
 from dpaccount.storage._sql import sums_follow
-from dpaccount.storage.base import DecidingStore, Store, SumLimitedStore
+from dpaccount.storage.base import DecidingStore, GroupAppend, Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 from dpaccount.storage.sqlite import SQLiteStore
 
@@ -314,6 +314,35 @@ class DurableContract(StoreContract):
         self.raw("UPDATE {s}ledgers SET head = 3, last_hash = ?, epsilon_sum = ?",
                  (link, f"{total.numerator}/{total.denominator}"))
         assert store.verify().head == 3  # type: ignore[attr-defined]
+
+    def reset_behind(self) -> None:  # pragma: no cover - overridden
+        """Reset the cached sums to 0 around the triggers, leaving them standing."""
+        raise NotImplementedError
+
+    def test_every_write_path_refuses_a_tip_reset_behind_its_back(self, store: Store
+                                                                  ) -> None:
+        # Fail closed inside the deciding transaction (issue 28, item 3): the cached tip
+        # reset where the triggers did not see it no longer extends the tip this store
+        # saw, so no write path writes anything.
+        self.fill(store, 3)
+        self.reset_behind()
+        s: Any = store
+        attempts: dict[str, Callable[[], object]] = {
+            "append": lambda: s.append(3, rec(3)),
+            "append_within": lambda: s.append_within(3, rec(3), None, Fraction(0), None),
+            "append_decided": lambda: s.append_decided(3, rec(3), lambda missed: True),
+            "append_group": lambda: s.append_group(
+                [GroupAppend("main", 3, rec(3), None, lambda missed: True)]),
+            "write_snapshot": lambda: s.write_snapshot(3, "{}", None),
+            "migrate": lambda: s.migrate(META.model_copy(update={"budget_delta": "0/1"})),
+        }
+        for name, attempt in attempts.items():
+            with pytest.raises(LedgerCorruptError):
+                attempt()
+                raise AssertionError(f"{name} wrote on a reset tip")
+        assert self.fetch("SELECT count(*) FROM {s}records") == [(3,)]
+        assert self.fetch("SELECT count(*) FROM {s}snapshots") == [(0,)]
+        assert self.fetch("SELECT count(*) FROM {s}meta_history") == [(1,)]
 
     def test_meta_edit_without_migration_is_detected(self, store: Store) -> None:
         self.fill(store, 1)
@@ -598,6 +627,15 @@ class TestSQLiteStore(DurableContract):
                 conn.execute(f"DROP TRIGGER {t}")
         conn.close()
 
+    def reset_behind(self) -> None:
+        from dpaccount.storage.sqlite.schema import SCHEMA
+
+        with sqlite3.connect(self.path) as conn:  # dropped, reset, re-created as it was
+            conn.execute("DROP TRIGGER ledgers_tip_moves_forward")
+            conn.execute("UPDATE ledgers SET epsilon_sum = '0/1'")
+            conn.execute(next(s for s in SCHEMA if "ledgers_tip_moves_forward" in s))
+        conn.close()
+
     def test_file_settings(self, store: Store) -> None:
         with sqlite3.connect(self.path) as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -760,6 +798,9 @@ class TestPostgresStore(DurableContract):
     def unprotect(self) -> None:
         self.raw("ALTER TABLE {s}records DISABLE TRIGGER USER")
         self.raw("ALTER TABLE {s}ledgers DISABLE TRIGGER USER")
+
+    def reset_behind(self) -> None:  # the triggers do not fire in a replica session
+        self.raw("UPDATE {s}ledgers SET epsilon_sum = '0/1'", replica=True)
 
     def test_truncate_is_refused(self, store: Store) -> None:
         import psycopg

@@ -22,7 +22,13 @@ from hypothesis import strategies as st
 from storage_helpers import PG_URL, pg_schema
 
 from dpaccount import Accountant, Budget, LaplaceMechanism, PrivacyCost, open_ledger
-from dpaccount.errors import ConfigError, DPAccountError, InvalidCostError, StorageError
+from dpaccount.errors import (
+    ConfigError,
+    DPAccountError,
+    InvalidCostError,
+    LedgerCorruptError,
+    StorageError,
+)
 from dpaccount.ledger_cli import ledger_main
 from dpaccount.ledgers import open_store, redact_url
 
@@ -149,7 +155,8 @@ def test_passwords_never_appear_in_output_or_errors() -> None:
 
 def test_a_writer_opened_before_a_migration_fails_closed(tmp_path: Path) -> None:
     # Integrity review: a writer kept the old budget after another process migrated it
-    # from 1 to 0.5. It now refuses to write under settings that are no longer stored.
+    # from 1 to 0.5. It now refuses to write under settings that are no longer stored
+    # (LedgerCorruptError, like every other change under a running writer: issue 28).
     _stale_writer_fails_closed(f"sqlite:///{tmp_path / 'm.db'}")
 
 
@@ -174,9 +181,9 @@ def test_a_postgres_writer_opened_before_a_migration_fails_closed(
         old.charge(PrivacyCost("0.1"))
         open_ledger(pg_url(schema), name="L", budget=Budget("0.5", "1e-5"), rule=rule,
                     migrate=True).store.close()
-        with pytest.raises(StorageError, match="migrated"):
+        with pytest.raises(LedgerCorruptError, match="migrated"):
             old.charge(PrivacyCost("0.1"))
-        with pytest.raises(StorageError, match="migrated"):  # after a lost race too
+        with pytest.raises(LedgerCorruptError, match="migrated"):  # after a lost race too
             old._append_decided(old.store, attrs.evolve(old.records[0], seq=1),  # type: ignore[arg-type]
                                 PrivacyCost("0.1"), None)
         old.store.close()
@@ -186,7 +193,7 @@ def _stale_writer_fails_closed(url: str) -> None:
     old = open_ledger(url, name="L", budget=Budget(1))
     old.charge(PrivacyCost("0.4"))
     open_ledger(url, name="L", budget=Budget("0.5"), migrate=True).store.close()
-    with pytest.raises(StorageError, match="migrated"):
+    with pytest.raises(LedgerCorruptError, match="migrated"):
         old.charge(PrivacyCost("0.4"))
     reopened = open_ledger(url, name="L", budget=Budget("0.5"))
     with pytest.raises(DPAccountError):  # 0.4 + 0.4 > 0.5 under the stored budget

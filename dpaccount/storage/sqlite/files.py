@@ -25,8 +25,8 @@ def loose_permissions(path: str | os.PathLike[str]) -> list[str]:
         >>> loose_permissions(folder / "l.db")
         []
         >>> (folder / "l.db").chmod(0o664)
-        >>> loose_permissions(folder / "l.db")  # doctest: +ELLIPSIS
-        ['.../l.db is writable by its group (mode 0664)...']
+        >>> print(*loose_permissions(folder / "l.db"))  # doctest: +ELLIPSIS
+        /.../l.db is writable by its group (mode 0664): they can change or replace ...
     """
     path = os.path.abspath(os.fspath(path))
     found = []
