@@ -161,9 +161,9 @@ class PostgresAppends(PostgresProtections):
             "meta": self._meta_text, **_seen_params(seen),
         }
         self._prefetch = None
-        # (The guard's pins are read at each try: a retry after a re-pin sends the new.)
+        self._pinned()  # (the guard is prepared with the pins, again after a re-pin)
         rows, status, barrier_ok = self._call(
-            lambda conn: self._within_round_trip(conn, {**params, **self._guard_params()})
+            lambda conn: self._within_round_trip(conn, params)
         )
         head, prev, record_hash, state = int(status[0]), status[2], status[3], status[5]
         if state not in ("appended", "refused"):
@@ -281,8 +281,7 @@ class PostgresAppends(PostgresProtections):
             f"SELECT r_name, r_status FROM {self._s}.{APPEND_AT_FUNCTION}(%(names)s::text[], "
             "%(heads)s::bigint[], %(prevs)s::text[], %(epss)s::text[], %(deltas)s::text[], "
             "%(metas)s::text[], %(payloads)s::text[], %(hashes)s::text[], %(qids)s::text[], "
-            "%(new_epss)s::text[], %(new_deltas)s::text[]); EXECUTE dpaccount_guard("
-            "%(g_tables)s, %(g_triggers)s, %(g_functions)s, %(g_signature)s); COMMIT"
+            "%(new_epss)s::text[], %(new_deltas)s::text[]); EXECUTE dpaccount_guard; COMMIT"
             + (f"; {self._sql_barrier}" if group else "")
         )
         def run(conn: Any) -> tuple[list[tuple[LedgerTip, list[LedgerRecord]]],
@@ -298,8 +297,7 @@ class PostgresAppends(PostgresProtections):
                     conn.execute("ROLLBACK")
                     return found, None
                 new, params = self._store_params(parts, cut, found)
-                cur.execute(store_sql, {**params, **self._guard_params(),
-                                        "name": parts[-1].name,
+                cur.execute(store_sql, {**params, "name": parts[-1].name,
                                         "seq": new[-1].head - 1, "hash": new[-1].last_hash})
                 done = _results(cur)
                 statuses = {str(row[0]): str(row[1]) for row in done[0][1]}
@@ -320,7 +318,7 @@ class PostgresAppends(PostgresProtections):
                 raise
             return found, new
 
-        self._guard_params()  # pinned now, outside the transaction that runs the guard
+        self._pinned()  # pinned now, outside the transaction that runs the guard
         found, new = self._call(run)
         for i, part in enumerate(parts):
             self._seen[part.name] = found[i][0] if new is None else new[i]
@@ -418,8 +416,8 @@ class PostgresAppends(PostgresProtections):
             "qid": record.query_id, "new_eps": frac_text(new.epsilon_sum),
             "new_delta": frac_text(new.delta_sum),
         }
-        status, rows = self._call(
-            lambda conn: self._append_round_trip(conn, {**params, **self._guard_params()}))
+        self._pinned()
+        status, rows = self._call(lambda conn: self._append_round_trip(conn, params))
         if status == "appended":
             tip, rows = new, rows[1:]  # our own record comes first
         elif status != "conflict":

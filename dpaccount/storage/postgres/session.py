@@ -66,6 +66,7 @@ class PostgresSession:
     _sql_within: dict[str, str]
     _sql_barrier: str
     _prepared_on: Any
+    _prepared_pins: Any
     _prefetch: tuple[float, int, list[LedgerRecord]] | None
     _lock: threading.RLock
     _meta_text: str | None
@@ -261,16 +262,19 @@ class PostgresSession:
         idempotent: after psycopg (or a pooler) dropped some or all of them, they are
         prepared afresh.
         """
-        if self._prepared_on is conn:
+        pins = self._pins
+        if self._prepared_on is conn and self._prepared_pins is pins:
             return
         try:
             conn.execute("DEALLOCATE ALL")
             for name, sql in self._prepare_sql.items():
                 conn.execute(f"PREPARE {name} {sql}")
+            if pins is not None:  # the guard, for the pins it checks (see protections)
+                conn.execute(f"PREPARE dpaccount_guard AS {pins.guard()}")
         except self._pg.Error:
             conn.close()  # start over on a fresh connection next time
             raise
-        self._prepared_on = conn
+        self._prepared_on, self._prepared_pins = conn, pins
 
     def _run_prepared(self, conn: Any, sql: str, params: dict[str, Any]) -> Any:
         """Execute one round trip of prepared statements; survive lost statements.

@@ -48,7 +48,6 @@ from dpaccount.storage.postgres.functions import (
     APPEND_AT_FUNCTION,
     SNAPSHOT_FUNCTION,
     WITHIN_V4_FUNCTION,
-    guard_sql,
 )
 from dpaccount.storage.postgres.protections import Pins
 from dpaccount.storage.postgres.roles import PostgresRoles
@@ -140,9 +139,6 @@ class PostgresStore(PostgresAppends, PostgresRoles):
             f"text, text) AS SELECT r_status FROM {self._s}.{APPEND_AT_FUNCTION}("
             "ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[$4], ARRAY[$5], ARRAY[$6], ARRAY[$7], "
             "ARRAY[$8], ARRAY[$9], ARRAY[$10], ARRAY[$11])",
-            # Fails unless the pinned functions and triggers stand (see protections).
-            "dpaccount_guard": "(oid[], text, oid[], text) AS "
-            + guard_sql(("$1", "$2", "$3", "$4")),
             # Writes one WAL record (so its commit must flush) only if our record is stored.
             "dpaccount_barrier": "(text, bigint, text) AS SELECT pg_logical_emit_message(true, "
             f"'dpaccount', '') FROM {self._s}.records "
@@ -167,8 +163,9 @@ class PostgresStore(PostgresAppends, PostgresRoles):
             "EXECUTE dpaccount_append(%(name)s, %(seq)s, %(prev)s, %(eps)s, %(delta)s, "
             "%(meta)s, %(payload)s, %(hash)s, %(qid)s, %(new_eps)s, %(new_delta)s)"
         )
-        guard = ("EXECUTE dpaccount_guard(%(g_tables)s, %(g_triggers)s, %(g_functions)s, "
-                 "%(g_signature)s)")
+        # Fails unless the pinned functions and triggers stand (prepared with the pins,
+        # see protections.Pins.guard).
+        guard = "EXECUTE dpaccount_guard"
         barrier = "EXECUTE dpaccount_barrier(%(name)s, %(seq)s, %(hash)s)"
         since = "EXECUTE dpaccount_since(%(name)s, %(seq)s)"
         #: The statements of one append, sent as one simple query (one round trip); the
@@ -194,6 +191,7 @@ class PostgresStore(PostgresAppends, PostgresRoles):
             "sync": f"{within}; {guard}",
         }
         self._prepared_on: Any = None
+        self._prepared_pins: Any = None
         self._sql_barrier = (
             f"SELECT pg_logical_emit_message(true, 'dpaccount', '') FROM {self._s}.records "
             "WHERE ledger = %(name)s AND seq = %(seq)s AND hash = %(hash)s"
