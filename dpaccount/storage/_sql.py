@@ -21,6 +21,7 @@ Nothing here knows about differential privacy; the checks are about integrity on
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -353,15 +354,45 @@ def sums_after(tip: LedgerTip, payloads: Iterable[str]) -> tuple[Fraction, Fract
     """
     eps, delta = tip.epsilon_sum, tip.delta_sum
     for payload in payloads:
-        match = _COST.search(payload)
-        if match is None:
+        cost = _cost_in(payload)
+        if cost is None:
             return None
-        try:
-            eps = bounded_sum(eps + Fraction(*_int_pair(match[2])))
-            delta = bounded_sum(delta + Fraction(*_int_pair(match[1])))
-        except (ValueError, ZeroDivisionError):
-            return None
+        eps, delta = bounded_sum(eps + cost[0]), bounded_sum(delta + cost[1])
     return eps, delta
+
+
+#: Where a canonical payload's top-level cost starts (sorted keys: delta, then epsilon;
+#: no charge has a key named cost, and a quote inside a string is escaped).
+_COST_AT = '"cost":{"delta":"'
+
+
+def _cost_in(payload: str) -> tuple[Fraction, Fraction] | None:
+    """(epsilon, delta) of the top-level cost in a canonical payload, found by position
+    as the PostgreSQL sums trigger finds it; None if it is not there."""
+    at = payload.find(_COST_AT)
+    if at < 0:
+        return None
+    start = at + len(_COST_AT)
+    end = payload.find('"', start)
+    if end < 0 or not payload.startswith('","epsilon":"', end):
+        return None
+    eps_end = payload.find('"', end + 13)
+    return _cost_pair(payload[end + 13:eps_end], payload[start:end])
+
+
+@functools.lru_cache(maxsize=256)
+def _cost_pair(epsilon: str, delta: str) -> tuple[Fraction, Fraction] | None:
+    """Two ``"num/den"`` texts as fractions (cached: writers charge the same costs over
+    and over); None if either is not one."""
+    if not (_NUMBER.fullmatch(epsilon) and _NUMBER.fullmatch(delta)):
+        return None
+    try:
+        return Fraction(*_int_pair(epsilon)), Fraction(*_int_pair(delta))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+_NUMBER = re.compile(r"-?[0-9]+(?:/[0-9]+)?")
 
 
 def sums_follow(old_epsilon: str, old_delta: str, new_epsilon: str, new_delta: str,

@@ -754,6 +754,37 @@ class TestPostgresStore(DurableContract):
         assert again.verify().head == 2
         again.close()
 
+    def test_a_schema_from_before_least_privilege_is_upgraded_on_open(self, store: Store
+                                                                       ) -> None:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+        from dpaccount.storage.postgres.functions import SIGNATURES
+        from dpaccount.storage.postgres.schema import WITHIN_SIGNATURE
+
+        self.fill(store, 2)
+        store.close()
+        # As dpaccount before issue 28 left a schema: no grants table, no row-level
+        # security, no writer functions (the _v3 function is what its writers call).
+        for table in ("ledgers", "records", "meta_history", "snapshots"):
+            self.raw(f"DROP POLICY dpaccount_granted ON {{s}}{table}")
+            self.raw(f"ALTER TABLE {{s}}{table} DISABLE ROW LEVEL SECURITY")
+        self.raw("DROP TABLE {s}grants")
+        for name, args in SIGNATURES.items():
+            self.raw(f"DROP FUNCTION {{s}}{name}({args})")
+        for _ in range(2):  # upgraded once; opening again changes nothing
+            again = PostgresStore(PG_URL, name="main", schema=self.schema)
+            assert again.initialize(META) == META
+            assert again.append_within(again.head(), rec(again.head()), None, Fraction(0),
+                                       None).appended
+            again.close()
+        assert self.fetch("SELECT count(*) FROM {s}grants") == [(0,)]
+        assert self.fetch("SELECT count(*) FROM pg_policy WHERE polname = 'dpaccount_granted' "
+                          "AND polrelid = '{s}records'::regclass") == [(1,)]
+        assert self.fetch(  # the function older writers call is still there
+            f"SELECT to_regprocedure('{{s}}{WITHIN_SIGNATURE}') IS NOT NULL") == [(True,)]
+        assert store.verify().head == 4  # type: ignore[attr-defined]
+
     def test_a_schema_whose_sums_trigger_calls_an_older_function_is_upgraded(
         self, store: Store
     ) -> None:

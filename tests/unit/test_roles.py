@@ -150,6 +150,25 @@ def test_a_writer_role_writes_snapshots_and_decides_under_the_row_lock(server: S
     assert cli("verify", server.url, "--name", "L")[0] == 0
 
 
+def test_writer_roles_that_meet_decide_under_the_row_lock(server: Server) -> None:
+    # Two writers of the role take turns on a filter ledger: each finds the other's
+    # record, loses the compare-and-append once, and from then on decides under the row
+    # lock (the lock function and the compare-and-append function, as the role).
+    open_ledger(server.url, name="L", budget=Budget(10, "1e-6"), rule="filter").close()
+    writer = server.role()
+    server.grant("L", writer, "writer")
+    a = open_ledger(server.url_as(writer), name="L")
+    b = open_ledger(server.url_as(writer), name="L")
+    for _ in range(10):
+        a.charge(PrivacyCost("1/100"))
+        b.charge(PrivacyCost("1/100"))
+    assert len(a.records) == len(b.records) == server.count("L") == 20
+    assert a.spent == b.spent
+    a.close()
+    b.close()
+    assert cli("verify", server.url, "--name", "L")[0] == 0
+
+
 def test_a_writer_role_is_refused_everything_else_by_the_database(server: Server) -> None:
     import psycopg
 

@@ -137,10 +137,9 @@ class PostgresAppends(PostgresProtections):
         Raises:
             LedgerConflictError: ``record.query_id`` is already recorded.
             LedgerCorruptError: The ledger holds fewer records than ``known_head``, its
-                tip does not extend the one seen last, its settings changed, the
-                protections do not stand (nothing was written), or the records missed
-                do not add up to the tip the function found (found after the commit:
-                the charge stays recorded, and the query must not run).
+                tip does not extend the one seen last (the records since it do not add
+                up to the cached sums), its settings changed, or the protections do not
+                stand; nothing was written.
             StorageError: Lock timeout or a database error; nothing was written (or, if
                 the connection broke during commit, the outcome is unknown and the
                 charge is refused anyway).
@@ -188,11 +187,6 @@ class PostgresAppends(PostgresProtections):
                     f"ledger {self.name!r}: the server hashed record {head} differently; "
                     "the charge is refused"
                 )
-        try:
-            check_adds_up(seen, known_head, missed, rows, tip)
-        except LedgerCorruptError as exc:
-            self._broken = f"{exc} (found after the charge was recorded); reopen the ledger"
-            raise
         return AppendResult(appended, head, tuple(missed))
 
     def append_decided(

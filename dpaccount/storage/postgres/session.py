@@ -72,8 +72,6 @@ class PostgresSession:
     _meta_text: str | None
     #: The tip of each ledger this store last read or wrote (see `seen_tip`).
     _seen: dict[str, LedgerTip]
-    #: Why this store refuses to write any more (a ledger found corrupt after a commit).
-    _broken: str | None
     #: The functions and triggers pinned for the guard (set by `_pin`).
     _pins: Any
     _conn: Any
@@ -215,10 +213,6 @@ class PostgresSession:
             "triggers do not fire in it; nothing was written and the query must not run. "
             "Remove the setting (ALTER ROLE/DATABASE ... RESET session_replication_role)")
 
-    def _refuse_if_broken(self) -> None:
-        if self._broken is not None:
-            raise LedgerCorruptError(self._broken)
-
     def _write(self, body: Callable[[Any], T], serializable: bool = False) -> T:
         """Run ``body(cursor)`` in one write transaction (retrying serialization
         failures); every such body ends with the guard, so the protections are checked
@@ -315,7 +309,6 @@ class PostgresSession:
         return self._call(lambda conn: conn.execute(query, params).fetchone())
 
     def _writable(self) -> None:
-        self._refuse_if_broken()
         if self.read_only:
             raise ReadOnlyLedgerError(
                 f"ledger {self.name!r} was opened read-only; nothing was written"

@@ -205,10 +205,8 @@ class PostgresStore(PostgresAppends, PostgresRoles):
         #: checks, under the row lock, that the ledger's tip still extends it (see the
         #: docs on tampering and on crashes).
         self._seen: dict[str, LedgerTip] = {}
-        #: The functions and triggers checked before the first write (the guard's
-        #: parameters), and why this store refuses to write any more, if it does.
+        #: The functions and triggers checked before the first write (the guard's pins).
         self._pins: Pins | None = None
-        self._broken: str | None = None
         self._conn: Any = None
         self._call(lambda conn: self._setup(conn))
 

@@ -14,7 +14,12 @@ from dpaccount.records import (
     canonical_bytes,
     chain_hash_payload,
 )
-from dpaccount.storage._chain import check_adds_up, check_not_behind, missed_records
+from dpaccount.storage._chain import (
+    check_adds_up,
+    check_extends,
+    check_not_behind,
+    missed_records,
+)
 from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
@@ -106,24 +111,13 @@ class SQLiteAppends(SQLiteSession):
 
         def insert(cur: sqlite3.Cursor
                    ) -> tuple[LedgerTip | None, LedgerTip, str, list[RecordRow]]:
-            tip = self._locked_tip(cur)
+            tip = self._locked_tip(cur, check_seen=False)
             check_not_behind(tip.head, known_head)
             prev = tip.last_hash  # nothing missed: nothing to read
             rows: list[RecordRow] = []
             if tip.head > known_head:
                 prev, rows = self._rows_since(cur, known_head)
-            # The decision below is made on the cached sums: the records since the tip
-            # seen must add up to them (read under the lock; only their costs).
-            if seen is not None and tip.head > seen.head:
-                since = (rows if seen.head == known_head
-                         else self._rows_since(cur, seen.head)[1])
-                if sums_after(seen, (row[1] for row in since)) != (tip.epsilon_sum,
-                                                                   tip.delta_sum):
-                    raise LedgerCorruptError(
-                        "the ledger's cached sums are not what the records since this "
-                        "writer last read it add up to: someone reset or edited them "
-                        "around the protective triggers; nothing was written",
-                        seq=seen.head)
+            self._check_sums_since(cur, tip, seen, known_head, prev, rows)
             if not within_limits(tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
                                  epsilon_limit, delta_limit, delta_below):
                 return None, tip, prev, rows
@@ -131,11 +125,27 @@ class SQLiteAppends(SQLiteSession):
 
         new, tip, prev, rows = self._write(insert)
         self._seen[self.name] = tip if new is None else new
-        # Decoded after the commit, so the lock is held only for the arithmetic; a tip
-        # that the missed records do not add up to was forged (the query must not run).
+        # Decoded after the commit, so the lock is held only for the arithmetic.
         missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash, self._key)
-        check_adds_up(seen, known_head, missed, rows, tip)
         return AppendResult(new is not None, tip.head, tuple(missed))
+
+    def _check_sums_since(self, cur: sqlite3.Cursor, tip: LedgerTip, seen: LedgerTip | None,
+                          known_head: int, prev: str, rows: list[RecordRow]) -> None:
+        """Under the lock, before a decision on the cached sums: the tip extends the one
+        seen last, and the records since add up to its sums (only their costs are read;
+        ``prev`` and ``rows``: the records from ``known_head`` on, already read)."""
+        if seen is None or tip.head <= seen.head:
+            check_extends(tip, seen, None)
+            return
+        since = rows
+        if seen.head != known_head:
+            prev, since = self._rows_since(cur, seen.head)
+        check_extends(tip, seen, prev)
+        if sums_after(seen, (row[1] for row in since)) != (tip.epsilon_sum, tip.delta_sum):
+            raise LedgerCorruptError(
+                "the ledger's cached sums are not what the records since this writer last "
+                "read it add up to: someone reset or edited them around the protective "
+                "triggers; nothing was written", seq=seen.head)
 
     def append_decided(
         self,

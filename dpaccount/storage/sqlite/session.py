@@ -273,10 +273,11 @@ class SQLiteSession:
         )
 
     def _locked_tip(self, cur: sqlite3.Cursor, name: str | None = None,
-                    seen: LedgerTip | None = None) -> LedgerTip:
+                    seen: LedgerTip | None = None, check_seen: bool = True) -> LedgerTip:
         """The tip, read inside a write transaction, after checking that the stored
-        settings are still the ones this store opened under and that it extends the tip
-        this store saw last (``seen``, for another ledger of the file than this store's).
+        settings are still the ones this store opened under and (unless ``check_seen``
+        is False) that it extends the tip this store saw last (``seen``, for another
+        ledger of the file than this store's).
 
         Raises:
             LedgerCorruptError: The settings changed (a migration by another process),
@@ -289,6 +290,8 @@ class SQLiteSession:
         if name == self.name:
             self._check_settings()
             seen = self._seen.get(name)
+        if not check_seen:  # the caller checks it (with the rows it reads anyway)
+            return tip
         if seen is not None and tip.head > seen.head:
             check_extends(tip, seen, self._prev_hash(cur, seen.head, name))
         else:
