@@ -54,7 +54,7 @@ __all__ = [
     "renumberable",
     "snapshot_settings",
     "split_at_seq",
-    "sums_after",
+    "sums_add_up",
     "sums_follow",
     "within_limits",
 ]
@@ -342,23 +342,31 @@ def _adds_up(old: str, cost: str, new: str) -> bool:
     return bounded_sum(Fraction(on, od) + Fraction(cn, cd)) == Fraction(nn, nd)
 
 
-def sums_after(tip: LedgerTip, payloads: Iterable[str]) -> tuple[Fraction, Fraction] | None:
-    """The cached sums after the records whose canonical payloads are ``payloads``,
-    added to ``tip``'s one by one as the cache adds them (`bounded_sum`), each cost read
-    from its payload as the sums trigger reads it; None if a payload holds none.
+def sums_add_up(seen: LedgerTip, payloads: Iterable[str], cached: LedgerTip) -> bool:
+    """Whether ``cached``'s sums are what a cache holding ``seen``'s sums holds once it
+    added the records whose canonical payloads are ``payloads`` (each cost read from
+    its payload as the sums trigger reads it). The cache adds each cost exactly,
+    rounding a sum up by less than ``2**-SUM_BITS`` where its denominator would pass
+    `SUM_BITS` (`bounded_sum`), so the cached sums lie between the exact sums and the
+    exact sums plus one such step per record: never below (an under-count).
 
     Examples:
-        >>> tip = LedgerTip(1, "h", Fraction(1, 2), Fraction(0))
-        >>> sums_after(tip, ['{"cost":{"delta":"0/1","epsilon":"1/4","kind":"cost"}}'])
-        (Fraction(3, 4), Fraction(0, 1))
+        >>> seen = LedgerTip(1, "h", Fraction(1, 2), Fraction(0))
+        >>> one = '{"cost":{"delta":"0/1","epsilon":"1/4","kind":"cost"}}'
+        >>> sums_add_up(seen, [one], LedgerTip(2, "g", Fraction(3, 4), Fraction(0)))
+        True
+        >>> sums_add_up(seen, [one], LedgerTip(2, "g", Fraction(1, 2), Fraction(0)))
+        False
     """
-    eps, delta = tip.epsilon_sum, tip.delta_sum
+    eps, delta, count = seen.epsilon_sum, seen.delta_sum, 0
     for payload in payloads:
         cost = _cost_in(payload)
         if cost is None:
-            return None
-        eps, delta = bounded_sum(eps + cost[0]), bounded_sum(delta + cost[1])
-    return eps, delta
+            return False
+        eps, delta, count = eps + cost[0], delta + cost[1], count + 1
+    step = Fraction(count, _SUM_SCALE)
+    return (eps <= cached.epsilon_sum <= eps + step
+            and delta <= cached.delta_sum <= delta + step)
 
 
 #: Where a canonical payload's top-level cost starts (sorted keys: delta, then epsilon;

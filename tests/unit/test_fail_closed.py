@@ -420,3 +420,33 @@ def test_sqlite_a_tip_moved_forward_past_records_it_leaves_out_stops_the_writer(
     assert guarded_query(writer, "0.01") == []  # and again: nothing is ever written
     assert lite.count() == 3
     writer.close()
+
+
+# -- both: a cache that rounded its sums is not tampering --------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+    else:
+        for schema in pg_schema():
+            yield f"{PG_URL}?schema={schema}"
+
+
+def test_a_writer_that_missed_records_whose_sums_the_cache_rounded_still_charges(
+    any_url: str
+) -> None:
+    # 50 charges of 1/(10**100 + k) by another writer: their exact sum's denominator
+    # passes 4096 bits, so the cache rounds each new sum up (never down). The writer
+    # that missed them adds them up exactly: the cache is above that, by less than one
+    # rounding step per record, and that is no tampering.
+    from fractions import Fraction
+
+    writer = open_ledger(any_url, name="L", budget=Budget(1))
+    with open_ledger(any_url, name="L") as other:
+        for k in range(50):
+            other.charge(PrivacyCost(Fraction(1, 10**100 + k)))
+    writer.charge(PrivacyCost("0.5"))
+    assert len(writer.records) == 51
+    writer.close()

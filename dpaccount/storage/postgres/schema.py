@@ -13,6 +13,7 @@ from dpaccount.storage.postgres.functions import (
     ADD_FUNCTION,
     CMP_FUNCTION,
     MAY_WRITE_FUNCTION,
+    ORDER_FUNCTION,
     SIGNATURES,
     definer_sql,
 )
@@ -207,7 +208,7 @@ def _grants_sql(s: str) -> list[str]:
             PRIMARY KEY (role, ledger, via))""",
         *definer_sql(s),
     ]
-    for name in (*SIGNATURES, MAY_WRITE_FUNCTION, CMP_FUNCTION):
+    for name in (*SIGNATURES, MAY_WRITE_FUNCTION, CMP_FUNCTION, ORDER_FUNCTION):
         statements.append(f"REVOKE EXECUTE ON FUNCTION {s}.{name} FROM PUBLIC")
     granted = (f"ARRAY(SELECT g.ledger FROM {s}.grants g "
                "WHERE pg_catalog.pg_has_role(current_user, g.role, 'MEMBER'))")
@@ -234,6 +235,8 @@ def present_sql(s: str) -> tuple[str, tuple[str, ...]]:
     function this version of dpaccount needs."""
     names = [f"{s}.meta_history", f"{s}.snapshots", f"{s}.grants"]
     functions = [f"{s}.{WITHIN_SIGNATURE}", f"{s}.{TIP_FUNCTION}()", f"{s}.{SUMS_FUNCTION}()",
+                 f"{s}.{MAY_WRITE_FUNCTION}(text[], boolean)", f"{s}.{CMP_FUNCTION}(text, text)",
+                 f"{s}.{ORDER_FUNCTION}(text[])",
                  *(f"{s}.{name}({args})" for name, args in SIGNATURES.items())]
     checks = (["to_regclass(%s) IS NOT NULL"] * len(names)
               + ["to_regprocedure(%s) IS NOT NULL"] * len(functions))

@@ -45,7 +45,7 @@ from dpaccount.storage._sql import (
 )
 from dpaccount.storage.postgres.appends import PostgresAppends
 from dpaccount.storage.postgres.functions import (
-    APPEND_AT_FUNCTION,
+    APPEND_ONE_FUNCTION,
     SNAPSHOT_FUNCTION,
     WITHIN_V4_FUNCTION,
 )
@@ -131,14 +131,13 @@ class PostgresStore(PostgresAppends, PostgresRoles):
         # Prepared once per connection (see _prepare), run from one multi-statement
         # query per append.
         self._prepare_sql = {
-            # Compare-and-append of one record (see functions.APPEND_AT_FUNCTION): ($1
+            # Compare-and-append of one record (see functions.APPEND_ONE_FUNCTION): ($1
             # name, $2 seq, $3 prev, $4 eps, $5 delta: the tip expected; $6 the settings
             # expected (NULL: not checked); $7 payload, $8 hash, $9 query_id, $10 and
             # $11 the new sums.
             "dpaccount_append": "(text, bigint, text, text, text, text, text, text, text, "
-            f"text, text) AS SELECT r_status FROM {self._s}.{APPEND_AT_FUNCTION}("
-            "ARRAY[$1], ARRAY[$2], ARRAY[$3], ARRAY[$4], ARRAY[$5], ARRAY[$6], ARRAY[$7], "
-            "ARRAY[$8], ARRAY[$9], ARRAY[$10], ARRAY[$11])",
+            f"text, text) AS SELECT {self._s}.{APPEND_ONE_FUNCTION}($1, $2, $3, $4, $5, $6, "
+            "$7, $8, $9, $10, $11)",
             # Writes one WAL record (so its commit must flush) only if our record is stored.
             "dpaccount_barrier": "(text, bigint, text) AS SELECT pg_logical_emit_message(true, "
             f"'dpaccount', '') FROM {self._s}.records "

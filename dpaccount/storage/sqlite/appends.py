@@ -25,7 +25,7 @@ from dpaccount.storage._sql import (
     RecordRow,
     check_key,
     renumberable,
-    sums_after,
+    sums_add_up,
     within_limits,
 )
 from dpaccount.storage.base import AppendResult, GroupAppend
@@ -141,7 +141,7 @@ class SQLiteAppends(SQLiteSession):
         if seen.head != known_head:
             prev, since = self._rows_since(cur, seen.head)
         check_extends(tip, seen, prev)
-        if sums_after(seen, (row[1] for row in since)) != (tip.epsilon_sum, tip.delta_sum):
+        if not sums_add_up(seen, (row[1] for row in since), tip):
             raise LedgerCorruptError(
                 "the ledger's cached sums are not what the records since this writer last "
                 "read it add up to: someone reset or edited them around the protective "
