@@ -268,22 +268,29 @@ class PostgresAppends(PostgresProtections):
         starts = [part.known_head if part.seen is None else min(part.known_head,
                                                                    part.seen.head)
                   for part in parts]
+        # (Arrays spelled ARRAY[%(x_0)s, ...]: psycopg adapts scalars much faster than lists.)
+        n = len(parts)
         lock_sql = (("BEGIN; SET LOCAL synchronous_commit = off; " if group else "BEGIN; ")
-                    + f"SELECT * FROM {self._s}.{LOCK_FUNCTION}(%(names)s::text[], "
-                    "%(starts)s::bigint[])")
+                    + f"SELECT * FROM {self._s}.{LOCK_FUNCTION}({_array('names', n, 'text')}, "
+                    f"{_array('starts', n, 'bigint')})")
+        columns = (("names", "text"), ("heads", "bigint"), ("prevs", "text"), ("epss", "text"),
+                   ("deltas", "text"), ("metas", "text"), ("payloads", "text"),
+                   ("hashes", "text"), ("qids", "text"), ("new_epss", "text"),
+                   ("new_deltas", "text"))
         store_sql = (
-            f"SELECT r_name, r_status FROM {self._s}.{APPEND_AT_FUNCTION}(%(names)s::text[], "
-            "%(heads)s::bigint[], %(prevs)s::text[], %(epss)s::text[], %(deltas)s::text[], "
-            "%(metas)s::text[], %(payloads)s::text[], %(hashes)s::text[], %(qids)s::text[], "
-            "%(new_epss)s::text[], %(new_deltas)s::text[]); EXECUTE dpaccount_guard; COMMIT"
-            + (f"; {self._sql_barrier}" if group else "")
+            f"SELECT r_name, r_status FROM {self._s}.{APPEND_AT_FUNCTION}("
+            + ", ".join(_array(key, n, kind) for key, kind in columns)
+            + "); EXECUTE dpaccount_guard; COMMIT" + (f"; {self._sql_barrier}" if group else "")
         )
+        lock_params = {**_scalars("names", [p.name for p in parts]),
+                       **_scalars("starts", starts)}
+
         def run(conn: Any) -> tuple[list[tuple[LedgerTip, list[LedgerRecord]]],
                                     list[LedgerTip] | None]:
             self._prepare(conn)
             cur = self._pg.ClientCursor(conn)
             try:
-                cur.execute(lock_sql, {"names": [p.name for p in parts], "starts": starts})
+                cur.execute(lock_sql, lock_params)
                 locked = [rows for status, rows in _results(cur) if status.startswith("SELECT")]
                 found = self._check_locked(parts, locked[0] if locked else [])
                 if not all([part.decide(tip, missed)
@@ -291,7 +298,9 @@ class PostgresAppends(PostgresProtections):
                     conn.execute("ROLLBACK")
                     return found, None
                 new, params = self._store_params(parts, cut, found)
-                cur.execute(store_sql, {**params, "name": parts[-1].name,
+                values = {k: v for key, column in params.items()
+                          for k, v in _scalars(key, column).items()}
+                cur.execute(store_sql, {**values, "name": parts[-1].name,
                                         "seq": new[-1].head - 1, "hash": new[-1].last_hash})
                 done = _results(cur)
                 statuses = {str(row[0]): str(row[1]) for row in done[0][1]}
@@ -520,6 +529,16 @@ class PostgresAppends(PostgresProtections):
         self._seen[self.name] = new
         if self.commit == "group":
             self._barrier(new.last_hash, expected_head)
+
+
+def _array(key: str, n: int, kind: str) -> str:
+    """``ARRAY[%(key_0)s, ...]::kind[]``: an array argument of ``n`` scalar parameters."""
+    return "ARRAY[" + ", ".join(f"%({key}_{i})s" for i in range(n)) + f"]::{kind}[]"
+
+
+def _scalars(key: str, values: Sequence[Any]) -> dict[str, Any]:
+    """The parameters of `_array` ``key``."""
+    return {f"{key}_{i}": value for i, value in enumerate(values)}
 
 
 def _seen_params(seen: LedgerTip | None) -> dict[str, Any]:

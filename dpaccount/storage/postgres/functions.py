@@ -479,8 +479,7 @@ BEGIN
                                 ELSE 'conflict' END;
         ELSIF v_last IS DISTINCT FROM p_prevs[i] THEN
             v_status[i] := 'diverged';
-        ELSIF {s}.{CMP_FUNCTION}(v_eps, p_epss[i]) <> 0
-              OR {s}.{CMP_FUNCTION}(v_delta, p_deltas[i]) <> 0 THEN
+        ELSIF v_eps IS DISTINCT FROM p_epss[i] OR v_delta IS DISTINCT FROM p_deltas[i] THEN
             v_status[i] := 'tampered';
         ELSE
             v_status[i] := 'ok';
