@@ -28,6 +28,7 @@ from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
     SnapshotRow,
+    bounded_sum,
     frac_text,
     parse_frac,
 )
@@ -174,10 +175,17 @@ def check_extends(tip: LedgerTip, seen: LedgerTip | None, anchor: str | None) ->
 
 def fold_tip(tip: LedgerTip, records: Sequence[LedgerRecord], rows: Sequence[RecordRow]
              ) -> LedgerTip:
-    """``tip`` after ``records`` (decoded from ``rows``, which carry their links)."""
-    for record, row in zip(records, rows, strict=True):
-        tip = tip.after(record, row[3])
-    return tip
+    """``tip`` after ``records`` (decoded from ``rows``, which carry their links), the
+    sums added one by one as `LedgerTip.after` adds them."""
+    if len(records) != len(rows):
+        raise LedgerCorruptError("records and their rows differ in number")
+    if not records:
+        return tip
+    eps, delta = tip.epsilon_sum, tip.delta_sum
+    for record in records:
+        eps = bounded_sum(eps + record.cost.epsilon)
+        delta = bounded_sum(delta + record.cost.delta)
+    return LedgerTip(tip.head + len(records), str(rows[-1][3]), eps, delta)
 
 
 def seen_after_read(seen: LedgerTip | None, start: int, prev: str,

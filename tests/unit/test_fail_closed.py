@@ -450,3 +450,22 @@ def test_a_writer_that_missed_records_whose_sums_the_cache_rounded_still_charges
     writer.charge(PrivacyCost("0.5"))
     assert len(writer.records) == 51
     writer.close()
+
+
+def test_a_writer_that_missed_others_records_adds_them_up_and_charges(any_url: str) -> None:
+    # No tampering: epsilon and delta both move, with denominators that differ from
+    # record to record (the exact sums keep a common denominator, or multiply out).
+    from fractions import Fraction
+
+    costs = [PrivacyCost("0.1", "1e-7"), PrivacyCost(Fraction(1, 3), Fraction(1, 7 * 10**8)),
+             PrivacyCost("0.05", 0), PrivacyCost(0, "3e-8")]
+    writer = open_ledger(any_url, name="L", budget=Budget(1, "1e-6"))
+    writer.charge(PrivacyCost("0.01", "1e-9"))
+    with open_ledger(any_url, name="L") as other:
+        for cost in costs:
+            other.charge(cost)
+    writer.charge(PrivacyCost("0.01", "1e-9"))
+    expected = sum((c.epsilon for c in costs), Fraction(2, 100))
+    assert writer.spent.epsilon == expected  # the records, folded by the basic rule
+    assert len(writer.records) == 6
+    writer.close()

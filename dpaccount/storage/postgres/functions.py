@@ -228,19 +228,22 @@ _ADDS_UP = """
                 v_dn := split_part(p_seen_delta, '/', 1)::numeric;
                 v_dd := split_part(p_seen_delta, '/', 2)::numeric;
                 v_k := 0;
-                FOR v_text IN SELECT r.payload FROM {s}.records r
-                    WHERE r.ledger = p_name AND r.seq >= p_seen_head AND r.seq < v_head
-                    ORDER BY r.seq
+                FOR v_text, v_ce, v_cd IN
+                    SELECT substr(c.rest, length(c.delta) + 1, 13),
+                           split_part(substr(c.rest, length(c.delta) + 14), '"', 1), c.delta
+                    FROM (SELECT substr(r.payload, strpos(r.payload, '"cost":{{"delta":"')
+                                        + 17) AS rest,
+                                 strpos(r.payload, '"cost":{{"delta":"') AS at
+                          FROM {s}.records r
+                          WHERE r.ledger = p_name AND r.seq >= p_seen_head
+                            AND r.seq < v_head) p,
+                         LATERAL (SELECT p.rest, CASE WHEN p.at > 0
+                                  THEN split_part(p.rest, '"', 1) END AS delta) c
                 LOOP
-                    v_at := strpos(v_text, '"cost":{{"delta":"');
-                    v_text := substr(v_text, v_at + 17);
-                    v_cd := split_part(v_text, '"', 1);
-                    v_text := substr(v_text, length(v_cd) + 1);
-                    IF v_at = 0 OR left(v_text, 13) <> '","epsilon":"' THEN
+                    IF v_cd IS NULL OR v_text <> '","epsilon":"' THEN
                         v_k := NULL;
                         EXIT;
                     END IF;
-                    v_ce := split_part(substr(v_text, 14), '"', 1);
                     v_n := split_part(v_ce, '/', 1)::numeric;
                     v_d := coalesce(nullif(split_part(v_ce, '/', 2), ''), '1')::numeric;
                     IF v_d = v_ed THEN
