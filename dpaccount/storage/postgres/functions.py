@@ -57,7 +57,6 @@ __all__ = [
     "WITHIN_V4_FUNCTION",
     "FunctionChangedError",
     "definer_sql",
-    "fingerprint_sql",
     "guard_sql",
 ]
 
@@ -100,38 +99,29 @@ class FunctionChangedError(LedgerCorruptError):
     write once; otherwise this is the error."""
 
 
-def guard_sql(placeholders: tuple[str, str, str, str]) -> str:
-    """The guard statement, with its four parameters spelled as ``placeholders``: the
-    tables' oids (``oid[]``), their triggers' fingerprint, the pinned functions' oids
-    (``oid[]``) and their fingerprint (`fingerprint_sql` computes both). It returns no
-    row while everything is as pinned, else fails with `GUARD_TAG` and ``triggers``,
-    ``functions`` or ``session_replication_role``."""
-    tables, triggers, functions, signature = placeholders
+def guard_sql(tables: str, triggers: tuple[str, str, int], functions: tuple[str, str, int]
+              ) -> str:
+    """The guard statement for the pins it is given, each an SQL array literal: the
+    ledger tables' oids; the (non-internal) triggers on them as (oids, ``xmin`` values,
+    count); the functions as (oids, ``xmin`` values, count). A catalog row's ``xmin``
+    changes with every ``ALTER``, ``CREATE OR REPLACE``, ``DISABLE`` or ``ENABLE``, and a
+    new row (a dropped and re-created trigger, another trigger) has a new oid, so the
+    statement returns no row while everything is as pinned, and otherwise fails with
+    `GUARD_TAG` and ``triggers``, ``functions`` or ``session_replication_role``."""
+    trigger_oids, trigger_xmins, trigger_count = triggers
+    function_oids, function_xmins, function_count = functions
     return (
         f"SELECT ('{GUARD_TAG}' || w.what)::integer FROM (SELECT CASE "
         "WHEN pg_catalog.current_setting('session_replication_role') <> 'origin' "
         "THEN 'session_replication_role' "
-        f"WHEN ({_TRIGGERS.format(tables)}) IS DISTINCT FROM {triggers} THEN 'triggers' "
-        f"WHEN ({_FUNCTIONS.format(functions)}) IS DISTINCT FROM {signature} "
-        "THEN 'functions' END AS what) w WHERE w.what IS NOT NULL"
+        f"WHEN NOT (SELECT count(*) = {trigger_count} AND count(*) FILTER (WHERE "
+        f"t.oid = ANY ({trigger_oids}::oid[]) AND t.xmin = ANY ({trigger_xmins}::xid[])) "
+        f"= {trigger_count} FROM pg_catalog.pg_trigger t WHERE t.tgrelid = ANY "
+        f"({tables}::oid[]) AND NOT t.tgisinternal) THEN 'triggers' "
+        f"WHEN (SELECT count(*) FROM pg_catalog.pg_proc p WHERE p.oid = ANY "
+        f"({function_oids}::oid[]) AND p.xmin = ANY ({function_xmins}::xid[])) "
+        f"<> {function_count} THEN 'functions' END AS what) w WHERE w.what IS NOT NULL"
     )
-
-
-#: The fingerprints: every trigger on the tables, every pinned function, by catalog row
-#: (a row's ``xmin`` changes with every ALTER, CREATE OR REPLACE, DISABLE or ENABLE).
-_TRIGGERS = (
-    "SELECT pg_catalog.string_agg(t.oid::text || ':' || t.xmin::text || ':' || t.tgenabled::text, "
-    "',' ORDER BY t.oid) FROM pg_catalog.pg_trigger t WHERE t.tgrelid = ANY ({})"
-)
-_FUNCTIONS = (
-    "SELECT pg_catalog.string_agg(p.oid::text || ':' || p.xmin::text, ',' ORDER BY p.oid) "
-    "FROM pg_catalog.pg_proc p WHERE p.oid = ANY ({})"
-)
-
-
-def fingerprint_sql() -> str:
-    """Both fingerprints the guard compares, for ``%s`` (tables) and ``%s`` (functions)."""
-    return f"SELECT ({_TRIGGERS.format('%s::oid[]')}), ({_FUNCTIONS.format('%s::oid[]')})"
 
 
 def definer_sql(s: str) -> list[str]:

@@ -13,6 +13,7 @@ written (docs/ledgers.md, "Fail closed inside the deciding transaction").
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -21,7 +22,6 @@ from dpaccount.errors import LedgerCorruptError
 from dpaccount.storage.postgres.functions import (
     DEFINER_FUNCTIONS,
     SEARCH_PATH,
-    fingerprint_sql,
     guard_sql,
 )
 from dpaccount.storage.postgres.schema import TABLES, TRIGGERS, function_sources
@@ -32,20 +32,18 @@ __all__ = ["Pins", "PostgresProtections"]
 
 @attrs.frozen
 class Pins:
-    """What a store checked and pinned: the tables' and functions' oids (as ``oid[]``
-    text) and the fingerprints of their triggers' and the functions' catalog rows."""
+    """What a store checked and pinned: the ledger tables' oids, and the catalog rows
+    (oid, ``xmin``) of their non-internal triggers and of dpaccount's functions."""
 
-    tables: str
-    triggers: str | None
-    functions: str
-    signature: str | None
+    tables: tuple[int, ...]
+    triggers: tuple[tuple[int, str], ...]
+    functions: tuple[tuple[int, str], ...]
 
     def guard(self) -> str:
         """The guard statement with these pins spelled out (it is prepared once per
         connection and pins: a statement with parameters would be planned again at
         every run, some hundreds of microseconds)."""
-        return guard_sql((f"{_literal(self.tables)}::oid[]", _literal(self.triggers),
-                          f"{_literal(self.functions)}::oid[]", _literal(self.signature)))
+        return guard_sql(_array(self.tables), _rows(self.triggers), _rows(self.functions))
 
 
 @attrs.frozen
@@ -59,13 +57,15 @@ class _Found:
     replication_role: str
 
 
-def _literal(text: str | None) -> str:
-    """A SQL string literal (or NULL) of a pin (digits, colons, commas and letters)."""
-    return "NULL" if text is None else "'" + text.replace("'", "''") + "'"
+def _array(values: Iterable[object]) -> str:
+    """An SQL array literal of numbers (oids, transaction ids)."""
+    return "'{" + ",".join(str(int(str(v))) for v in values) + "}'"
 
 
-def _oids(values: list[int]) -> str:
-    return "{" + ",".join(str(v) for v in sorted(values)) + "}"
+def _rows(rows: tuple[tuple[int, str], ...]) -> tuple[str, str, int]:
+    """(oids, xmins, count) of pinned catalog rows, as `guard_sql` takes them."""
+    xmins = sorted({int(xmin) for _, xmin in rows})  # (rows made together share one)
+    return _array(oid for oid, _ in rows), _array(xmins), len(rows)
 
 
 class PostgresProtections(PostgresSession):
@@ -170,28 +170,25 @@ class PostgresProtections(PostgresSession):
             table_oid = {str(name): int(oid) for name, oid, _owner in tables}
             owner = {str(name): int(o) for name, _oid, o in tables}.get("ledgers")
             functions = cur.execute(
-                "SELECT p.proname, p.oid, p.prosrc, p.prosecdef, p.proconfig, p.proowner "
-                "FROM pg_catalog.pg_proc p WHERE p.proname = ANY (%s) "
+                "SELECT p.proname, p.oid, p.prosrc, p.prosecdef, p.proconfig, p.proowner, "
+                "p.xmin::text FROM pg_catalog.pg_proc p WHERE p.proname = ANY (%s) "
                 "AND p.pronamespace = %s::regnamespace", (list(expected), self._s),
             ).fetchall()
             triggers = cur.execute(
-                "SELECT t.tgname, t.tgrelid, t.tgenabled, p.proname "
+                "SELECT t.tgname, t.tgrelid, t.tgenabled, p.proname, t.oid, t.xmin::text "
                 "FROM pg_catalog.pg_trigger t JOIN pg_catalog.pg_proc p ON p.oid = t.tgfoid "
                 "WHERE t.tgrelid = ANY (%s::oid[]) AND NOT t.tgisinternal",
-                (_oids(list(table_oid.values())),),
+                (list(table_oid.values()),),
             ).fetchall()
-            pinned = [int(oid) for name, oid, *_ in functions]
-            fingerprints = cur.execute(
-                fingerprint_sql(), (_oids(list(table_oid.values())), _oids(pinned)),
-            ).fetchone()
             role = cur.execute(
                 "SELECT pg_catalog.current_setting('session_replication_role')"
             ).fetchone()[0]
             return _Found(
-                Pins(_oids(list(table_oid.values())), fingerprints[0], _oids(pinned),
-                     fingerprints[1]),
+                Pins(tuple(sorted(table_oid.values())),
+                     tuple(sorted((int(r[4]), str(r[5])) for r in triggers)),
+                     tuple(sorted((int(r[1]), str(r[6])) for r in functions))),
                 _bad_functions(functions, expected, owner),
-                _bad_triggers(triggers, table_oid),
+                _bad_triggers([r[:4] for r in triggers], table_oid),
                 str(role),
             )
 
@@ -213,7 +210,7 @@ def _bad_functions(rows: list[Any], expected: dict[str, str], owner: int | None
         if len(found) != 1 or str(found[0][2]) != source:
             bad.append(name)
             continue
-        _, _, _, definer, config, proowner = found[0]
+        _, _, _, definer, config, proowner, _xmin = found[0]
         if name in DEFINER_FUNCTIONS and (not definer or list(config or []) != [SEARCH_PATH]
                                           or int(proowner) != owner):
             bad.append(name)
