@@ -47,7 +47,11 @@ from dpaccount.storage._sql import (
     within_limits,
 )
 from dpaccount.storage.base import AppendResult, GroupAppend
-from dpaccount.storage.postgres.functions import APPEND_AT_FUNCTION, LOCK_FUNCTION
+from dpaccount.storage.postgres.functions import (
+    APPEND_AT_FUNCTION,
+    APPEND_ONE_FUNCTION,
+    LOCK_FUNCTION,
+)
 from dpaccount.storage.postgres.protections import PostgresProtections
 from dpaccount.storage.postgres.session import split_anchor
 
@@ -277,11 +281,14 @@ class PostgresAppends(PostgresProtections):
                    ("deltas", "text"), ("metas", "text"), ("payloads", "text"),
                    ("hashes", "text"), ("qids", "text"), ("new_epss", "text"),
                    ("new_deltas", "text"))
-        store_sql = (
-            f"SELECT r_name, r_status FROM {self._s}.{APPEND_AT_FUNCTION}("
-            + ", ".join(_array(key, n, kind) for key, kind in columns)
-            + "); EXECUTE dpaccount_guard; COMMIT" + (f"; {self._sql_barrier}" if group else "")
-        )
+        if n == 1:  # one statement, not the loop over ledgers (see functions.py)
+            store_call = (f"SELECT %(names_0)s::text, {self._s}.{APPEND_ONE_FUNCTION}("
+                          + ", ".join(f"%({key}_0)s::{kind}" for key, kind in columns) + ")")
+        else:
+            store_call = (f"SELECT r_name, r_status FROM {self._s}.{APPEND_AT_FUNCTION}("
+                          + ", ".join(_array(key, n, kind) for key, kind in columns) + ")")
+        store_sql = (store_call + "; EXECUTE dpaccount_guard; COMMIT"
+                     + (f"; {self._sql_barrier}" if group else ""))
         lock_params = {**_scalars("names", [p.name for p in parts]),
                        **_scalars("starts", starts)}
 
