@@ -455,7 +455,8 @@ def guard_part(rev: str, pg: str, seconds: float, repeats: int) -> None:
             print(f"PostgreSQL skipped: {type(exc).__name__}")
         print(f"before = {rev}, after = the working tree; {seconds:g} s a run, {repeats} "
               "pairs (before, after alternating); median charges/s, ratio after/before "
-              "(median of the pairs), machine CPU per charge (median)")
+              "(median of the pairs), CPU per charge of the writer processes and their "
+              "server processes (median)")
         for backend in backends:
             for writers in (1, 4):
                 for rule in ("basic", "filter"):
