@@ -1,6 +1,6 @@
 """The server-side functions every PostgreSQL write goes through, and the guard statement.
 
-Every write a writer makes while charging goes through one of four ``SECURITY DEFINER``
+Every write a writer makes while charging goes through one of five ``SECURITY DEFINER``
 functions owned by the schema's owner (each with ``search_path = pg_catalog, pg_temp``
 and ``EXECUTE`` revoked from ``PUBLIC``), so a role granted a ledger
 (`dpaccount.storage.postgres.roles`) needs no privilege on the tables:
@@ -125,7 +125,7 @@ def guard_sql(tables: str, triggers: tuple[str, str, int], functions: tuple[str,
 
 
 def definer_sql(s: str) -> list[str]:
-    """The helper functions and the four writer functions of schema ``s`` (quoted)."""
+    """The helper functions and the five writer functions of schema ``s`` (quoted)."""
     return [_cmp_sql(s), _order_sql(s), _may_write_sql(s), _within_sql(s),
             _append_one_sql(s), _append_at_sql(s), _lock_sql(s), _snapshot_sql(s)]
 

@@ -4,7 +4,7 @@ The schema's owner (the role that created it) runs `PostgresRoles.grant` (``dpac
 ledger grant``); dpaccount creates no role. What a grant gives:
 
 writer
-    ``USAGE`` on the schema, ``SELECT`` on its tables and ``EXECUTE`` on the four
+    ``USAGE`` on the schema, ``SELECT`` on its tables and ``EXECUTE`` on the five
     ``SECURITY DEFINER`` writer functions (`dpaccount.storage.postgres.functions`), and
     a row in the schema's ``grants`` table that those functions consult: the role may
     write the ledger (a share only together with its ancestors, which it may read).
