@@ -29,6 +29,15 @@ Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
    keeps the cores busy reaches at most (cores x 1 s) / (CPU per charge) charges/s. (The
    raw side also waits on the disk, so the ratio of the two CPU times is not a bound.)
 
+4. ``--guard REV``: what failing closed inside the deciding transaction costs per charge
+   (issue 28, item 3): the code at git revision ``REV`` (before the checks) against the
+   working tree, paired in one run: for SQLite and PostgreSQL, 1 writer and 4 on one
+   ledger, the basic rule (decided by the store) and the filter (compare-and-append,
+   then under the lock), ``before`` and ``after`` alternating (``--repeats`` pairs).
+   Each writer is its own process, importing dpaccount from one tree or the other.
+   Prints charges/s (median), the ratio after/before (median of the pairs' ratios) and
+   the machine's CPU per charge (clients, server and kernel, from ``/proc/stat``).
+
 Every ledger charge is durable when it returns, as every raw transaction is: SQLite
 ledgers use the default ``commit="group"`` (one fsync of the WAL per charge, after the
 write lock is released; the raw side fsyncs inside its ``COMMIT`` at
@@ -46,6 +55,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from dpaccount.accountant import Accountant
 from dpaccount.composition import BasicRule
@@ -148,7 +158,17 @@ def main() -> None:
     parser.add_argument("--filters", action="store_true",
                         help="only part 3: every rule with 4 processes, paired with raw")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--guard", metavar="REV",
+                        help="only part 4: the fail-closed checks, against git revision REV")
+    parser.add_argument("--worker", nargs=4, metavar=("URL", "RULE", "WRITERS", "TAG"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        guard_worker(*args.worker)
+        return
+    if args.guard:
+        guard_part(args.guard, args.pg, args.seconds, args.repeats)
+        return
     if args.filters:
         filters_part(args.pg, args.seconds, args.repeats)
         return
@@ -345,6 +365,135 @@ def filters_part(pg: str, seconds: float, repeats: int) -> None:
                 print(f"  {backend:9s} {rule:7s} {statistics.median(rates):8.0f} charges/s  "
                       f"ratio to raw min {min(ratios):.2f} median "
                       f"{statistics.median(ratios):.2f} (goal >= 0.5){cpu}", flush=True)
+
+
+# -- part 4: the fail-closed checks, before and after ---------------------------------------
+
+GUARD_BUDGET = Budget(10**9, "0.5")
+
+
+def guard_worker(url: str, rule: str, writers: str, tag: str) -> None:
+    """One writer process of part 4: open the ledger, charge 3 times (the first charge
+    pays one-off costs), say ``ready``, wait for ``go SECONDS`` on standard input, charge
+    for that long, then print how many charges and the CPU seconds they took in this
+    process and, for PostgreSQL, in its server process (read from ``/proc``)."""
+    import sys
+
+    from dpaccount.ledgers import open_ledger
+
+    acct = open_ledger(url, name="bench", budget=GUARD_BUDGET, rule=rule)
+    for _ in range(3):
+        acct.charge(COST)
+    store: Any = acct.store
+    backend = store._connection().info.backend_pid if url.startswith("postgres") else None
+    print("ready", flush=True)
+    seconds = float(sys.stdin.readline().split()[1])
+    client, server = time.process_time(), _process_seconds(backend)
+    done, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        acct.charge(COST)
+        done += 1
+    client, server = time.process_time() - client, _process_seconds(backend) - server
+    acct.close()
+    print(done, client, server, flush=True)
+
+
+def _process_seconds(pid: int | None) -> float:
+    """CPU seconds (user and system) process ``pid`` has used (0 for None)."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _guard_run(tree: str, url: str, rule: str, writers: int, seconds: float
+               ) -> tuple[float, float, float]:
+    """Charges/s of ``writers`` processes importing dpaccount from ``tree``, and the CPU
+    microseconds per charge in the writers and in their server processes."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": tree}
+    procs = [subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--worker", url, rule, str(writers),
+         "w"], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(writers)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(f"go {seconds}\n")
+        proc.stdin.flush()
+    total, client, server = 0, 0.0, 0.0
+    for proc in procs:
+        out, _ = proc.communicate(timeout=seconds + 120)
+        done, used, served = out.split()[-3:]
+        total, client, server = total + int(done), client + float(used), server + float(served)
+    return total / seconds, client / total * 1e6, server / total * 1e6
+
+
+def guard_part(rev: str, pg: str, seconds: float, repeats: int) -> None:
+    import statistics
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as tmp:
+        before = os.path.join(tmp, "before")
+        os.mkdir(before)
+        archive = subprocess.run(["git", "-C", root, "archive", rev, "dpaccount"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", before], input=archive, check=True)
+        trees = {"before": before, "after": root}
+        backends = ["sqlite"]
+        try:
+            import psycopg
+
+            psycopg.connect(pg, connect_timeout=3).close()
+            backends.append("postgres")
+        except Exception as exc:  # no PostgreSQL here: SQLite only
+            print(f"PostgreSQL skipped: {type(exc).__name__}")
+        print(f"before = {rev}, after = the working tree; {seconds:g} s a run, {repeats} "
+              "pairs (before, after alternating); median charges/s, ratio after/before "
+              "(median of the pairs), CPU per charge of the writer processes and their "
+              "server processes (median)")
+        for backend in backends:
+            for writers in (1, 4):
+                for rule in ("basic", "filter"):
+                    rates: dict[str, list[float]] = {"before": [], "after": []}
+                    cpus: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+                    ratios = []
+                    for i in range(repeats):
+                        pair = {}
+                        for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                            tag = f"{side}{i}{uuid.uuid4().hex[:6]}"
+                            if backend == "sqlite":
+                                url = f"sqlite:///{os.path.join(tmp, tag + '.db')}"
+                            else:
+                                sep = "&" if "?" in pg else "?"
+                                url = f"{pg}{sep}schema=dpacct_bench_{tag}"
+                            rate, client, server = _guard_run(trees[side], url, rule, writers,
+                                                              seconds)
+                            if backend == "postgres":
+                                with psycopg.connect(pg, autocommit=True) as conn:
+                                    conn.execute(
+                                        f'DROP SCHEMA "dpacct_bench_{tag}" CASCADE')
+                            pair[side] = rate
+                            rates[side].append(rate)
+                            cpus[side].append((client, server))
+                        ratios.append(pair["after"] / pair["before"])
+
+                    def cpu(side: str, cpus: dict[str, list[tuple[float, float]]] = cpus) -> str:
+                        client = statistics.median(c for c, _ in cpus[side])
+                        server = statistics.median(s for _, s in cpus[side])
+                        return f"{client + server:5.0f} ({client:4.0f} + {server:4.0f})"
+
+                    print(f"  {backend:9s} {writers} writer{'s' if writers > 1 else ' '} "
+                          f"{rule:7s} {statistics.median(rates['before']):6.0f} -> "
+                          f"{statistics.median(rates['after']):6.0f} charges/s  ratio "
+                          f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max "
+                          f"{max(ratios):.2f})  CPU us/charge, client + server: "
+                          f"{cpu('before')} -> {cpu('after')}", flush=True)
 
 
 if __name__ == "__main__":

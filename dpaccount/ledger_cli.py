@@ -1,5 +1,5 @@
-"""``dpaccount ledger list|show|verify|checkpoint|export|report|keygen``: read and audit
-durable ledgers.
+"""``dpaccount ledger list|show|verify|checkpoint|export|report|keygen|grant|revoke``: read
+and audit durable ledgers, and give roles least privilege on them.
 
 Every command takes the database's URL (``sqlite:///path.db``, ``postgresql://...``),
 ``--name`` (``default`` if omitted) and, for a keyed ledger, ``--key-file`` (default: the
@@ -7,7 +7,9 @@ Every command takes the database's URL (``sqlite:///path.db``, ``postgresql://..
 are opened read-only. Files are written with ``--output``. ``verify`` exits 0 when the
 ledger (or an export, ``--export FILE``, checked offline) is intact and 1, naming the
 first bad record, when it is not, or when its records spend more than its budget.
-``keygen`` writes a new random key file (0600).
+``keygen`` writes a new random key file (0600). ``grant`` and ``revoke`` (PostgreSQL,
+run as the schema's owner) let a role write (``--as writer``) or read (``--as
+auditor``) one ledger; see docs/ledgers.md, "Least privilege".
 
 A failure is one line on standard error and exit status 2, never a traceback: it names
 the file or option and what to do. Every error line, and every line that names the
@@ -136,6 +138,7 @@ def add_ledger_commands(subparsers: Any) -> None:
     keygen = sub.add_parser("keygen", help="write a new random ledger key file (0600)")
     keygen.add_argument("--output", required=True, help="the key file to create")
     keygen.set_defaults(func=_keygen)
+    _add_role_commands(sub)
 
 
 def ledger_main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -352,6 +355,7 @@ def _show(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     out = _out(args)
     where = f"at {redact_url(args.url)}" if args.url else f"in {args.export!r}"
+    _warn_loose_files(args, out)
     try:
         if args.export:
             document = read_json(args.export, "export", "give the file `dpaccount ledger "
@@ -508,3 +512,85 @@ def _plot(ledgers: Sequence[tuple[LedgerMeta, Sequence[LedgerRecord], str]], by:
     fig.tight_layout()
     fig.savefig(output)
     plt.close(fig)
+
+
+# -- least privilege ------------------------------------------------------------------------
+
+
+def _add_role_commands(sub: Any) -> None:
+    """``grant`` and ``revoke`` (registered by `add_ledger_commands`)."""
+    grant = sub.add_parser(
+        "grant", help="let a PostgreSQL role charge (writer) or read (auditor) one ledger; "
+        "run as the schema's owner")
+    grant.add_argument("url", help="the database: postgresql://owner@host/db")
+    grant.add_argument("--name", default="default", help="the ledger's name (default: default)")
+    grant.add_argument("--role", required=True, help="an existing role")
+    grant.add_argument("--as", dest="access", choices=("writer", "auditor"), required=True,
+                       help="writer: open by name and charge; auditor: read and verify")
+    grant.set_defaults(func=_grant)
+    revoke = sub.add_parser("revoke", help="remove a role's grant of one ledger")
+    revoke.add_argument("url", help="the database: postgresql://owner@host/db")
+    revoke.add_argument("--name", default="default", help="the ledger's name (default: default)")
+    revoke.add_argument("--role", required=True, help="the role")
+    revoke.set_defaults(func=_revoke)
+
+
+def _owner_store(args: argparse.Namespace) -> Any:
+    """The ledger's PostgreSQL store, opened as the connecting role (the owner)."""
+    scheme = str(args.url).split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        raise ConfigError(
+            "SQLite has no roles: whoever can write the ledger file (its -wal and -shm "
+            "files, its directory) can do anything to it. Restrict the files instead: "
+            "see docs/ledgers.md, 'SQLite: file permissions' (and `dpaccount ledger "
+            "verify` warns about loose ones)")
+    if scheme not in ("postgresql", "postgres"):
+        raise ConfigError("grant and revoke work on PostgreSQL ledgers (postgresql://...)")
+    store: Any = open_store(args.url, name=args.name, create=False)
+    if store.stored_meta() is None:
+        store.close()
+        raise StorageError(f"there is no ledger named {args.name!r} at {redact_url(args.url)}")
+    return store
+
+
+def _grant(args: argparse.Namespace) -> int:
+    store = _owner_store(args)
+    try:
+        readable = store.grant(args.role, args.access)
+    finally:
+        store.close()
+    also = (f"; it may also read {', '.join(map(repr, readable[1:]))}, charged together "
+            "with it (never alone)" if readable[1:] else "")
+    what = "charge (writer)" if args.access == "writer" else "read and verify (auditor)"
+    print(f"granted: role {args.role!r} may {what} ledger {args.name!r}{also}",
+          file=_out(args))
+    return 0
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    store = _owner_store(args)
+    try:
+        removed = store.revoke(args.role)
+    finally:
+        store.close()
+    print(f"revoked: role {args.role!r} on ledger {args.name!r}" if removed else
+          f"role {args.role!r} had no grant of ledger {args.name!r}", file=_out(args))
+    return 0
+
+
+def _warn_loose_files(args: argparse.Namespace, out: TextIO) -> None:
+    """Warn (standard error, and a line in the output) about a SQLite ledger's files or
+    directory that the group or others may write; the exit code is the verification's."""
+    if not args.url or not str(args.url).lower().startswith("sqlite:"):
+        return
+    from dpaccount.storage.sqlite import loose_permissions
+
+    try:
+        store: Any = open_store(args.url, name=args.name, create=False, read_only=True)
+    except DPAccountError:
+        return  # the verification itself reports it
+    path = store.path
+    store.close()
+    for line in loose_permissions(path):
+        print(f"warning: {line}", file=out)
+        print(f"dpaccount: warning: {line}", file=sys.stderr)

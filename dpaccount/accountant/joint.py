@@ -110,7 +110,8 @@ def _charge_locked(ledgers: Sequence[Ledger], charges: list[Charge],
     else:
         store: Any = ledgers[0].store
         parts = [GroupAppend(ledger.name, ledger.head, record,
-                             getattr(ledger.store, "meta_text", None), decide)
+                             getattr(ledger.store, "meta_text", None), decide,
+                             getattr(ledger.store, "seen_tip", None))
                  for ledger, record, decide in zip(ledgers, records, decisions, strict=True)]
         try:
             results = store.append_group(parts)

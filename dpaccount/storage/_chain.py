@@ -28,6 +28,7 @@ from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
     SnapshotRow,
+    bounded_sum,
     frac_text,
     parse_frac,
 )
@@ -35,13 +36,17 @@ from dpaccount.storage._sql import (
 __all__ = [
     "VERIFY_CHUNK",
     "Snapshot",
+    "check_adds_up",
+    "check_extends",
     "check_ledger",
     "check_not_behind",
     "check_records",
     "check_since_snapshot",
     "check_tip",
+    "fold_tip",
     "missed_records",
     "running_tips",
+    "seen_after_read",
     "snapshot_link",
     "snapshot_of",
     "tip_of",
@@ -133,6 +138,97 @@ def check_not_behind(head: int, known_head: int) -> None:
             f"the ledger holds {head} records, fewer than the {known_head} already seen",
             seq=head,
         )
+
+
+def check_extends(tip: LedgerTip, seen: LedgerTip | None, anchor: str | None) -> None:
+    """The ledger's tip, read under its lock, must extend the tip a writer saw last.
+
+    Fewer records than seen, as many records with another last link or other sums (a
+    reset), or more records that no longer pass through the last link seen (``anchor``:
+    the stored link of record ``seen.head - 1``, asked for only when ``tip.head >
+    seen.head``) or whose sums are smaller, is tampering: someone bypassed the
+    protective triggers (docs/ledgers.md, "Fail closed inside the deciding transaction").
+
+    Raises:
+        LedgerCorruptError: The tip does not extend ``seen``; nothing may be written.
+    """
+    if seen is None:
+        return
+    check_not_behind(tip.head, seen.head)
+    if tip.head == seen.head:
+        if tip != seen:
+            raise LedgerCorruptError(
+                "the ledger's cached tip (its last link or sums) changed without new records "
+                "since this writer read it: someone reset or edited it around the protective "
+                "triggers; nothing was written", seq=max(tip.head - 1, 0))
+        return
+    if anchor != seen.last_hash:
+        raise LedgerCorruptError(
+            f"record {seen.head - 1} is not the one this writer read: the ledger's chain "
+            "changed under it; nothing was written; reopen the ledger",
+            seq=max(seen.head - 1, 0))
+    if tip.epsilon_sum < seen.epsilon_sum or tip.delta_sum < seen.delta_sum:
+        raise LedgerCorruptError(
+            "the ledger's cached sums moved backwards since this writer read them: someone "
+            "reset them around the protective triggers; nothing was written", seq=seen.head)
+
+
+def fold_tip(tip: LedgerTip, records: Sequence[LedgerRecord], rows: Sequence[RecordRow]
+             ) -> LedgerTip:
+    """``tip`` after ``records`` (decoded from ``rows``, which carry their links), the
+    sums added one by one as `LedgerTip.after` adds them."""
+    if len(records) != len(rows):
+        raise LedgerCorruptError("records and their rows differ in number")
+    if not records:
+        return tip
+    eps, delta = tip.epsilon_sum, tip.delta_sum
+    for record in records:
+        eps = bounded_sum(eps + record.cost.epsilon)
+        delta = bounded_sum(delta + record.cost.delta)
+    return LedgerTip(tip.head + len(records), str(rows[-1][3]), eps, delta)
+
+
+def seen_after_read(seen: LedgerTip | None, start: int, prev: str,
+                    rows: Sequence[RecordRow], records: Sequence[LedgerRecord]
+                    ) -> LedgerTip | None:
+    """What a writer has seen once it read every record from ``start`` on (``prev``: the
+    link of record ``start - 1``; ``records`` decoded from ``rows``): ``seen`` extended
+    by the records after it. A read that starts after ``seen`` leaves it as it was.
+
+    Raises:
+        LedgerCorruptError: The records end before ``seen`` or no longer pass through
+            its last link.
+    """
+    if seen is None or seen.head < start:
+        return seen
+    end = start + len(rows)
+    check_not_behind(end, seen.head)
+    anchor = prev if seen.head == start else rows[seen.head - start - 1][3]
+    if anchor != seen.last_hash:
+        raise LedgerCorruptError(
+            f"record {seen.head - 1} is not the one this store read earlier: the ledger's "
+            "chain changed (a server crash lost an asynchronous commit, or someone rewrote "
+            "it); reopen the ledger", seq=max(seen.head - 1, 0))
+    skip = seen.head - start
+    return fold_tip(seen, records[skip:], rows[skip:])
+
+
+def check_adds_up(seen: LedgerTip | None, known_head: int, missed: Sequence[LedgerRecord],
+                  rows: Sequence[RecordRow], tip: LedgerTip) -> None:
+    """The records missed since ``seen`` (which the caller had folded up to
+    ``known_head``) add up exactly to ``tip``: a tip moved forward past them with sums
+    that leave some of their costs out was written around the triggers.
+
+    Raises:
+        LedgerCorruptError: They do not add up.
+    """
+    if seen is None or seen.head != known_head:
+        return
+    if fold_tip(seen, missed, rows) != tip:
+        raise LedgerCorruptError(
+            f"the ledger's cached tip (head {tip.head}) is not what the records this writer "
+            "missed add to the tip it saw: someone wrote it around the protective triggers",
+            seq=max(tip.head - 1, 0))
 
 
 def missed_records(rows: list[RecordRow], known_head: int, prev: str, head: int,

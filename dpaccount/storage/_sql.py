@@ -21,6 +21,7 @@ Nothing here knows about differential privacy; the checks are about integrity on
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable
@@ -53,6 +54,7 @@ __all__ = [
     "renumberable",
     "snapshot_settings",
     "split_at_seq",
+    "sums_add_up",
     "sums_follow",
     "within_limits",
 ]
@@ -338,6 +340,67 @@ def _adds_up(old: str, cost: str, new: str) -> bool:
     if den.bit_length() <= SUM_BITS:  # the sum's reduced denominator fits: no rounding
         return nn * den == (on * cd + cn * od) * nd
     return bounded_sum(Fraction(on, od) + Fraction(cn, cd)) == Fraction(nn, nd)
+
+
+def sums_add_up(seen: LedgerTip, payloads: Iterable[str], cached: LedgerTip) -> bool:
+    """Whether ``cached``'s sums are what a cache holding ``seen``'s sums holds once it
+    added the records whose canonical payloads are ``payloads`` (each cost read from
+    its payload as the sums trigger reads it). The cache adds each cost exactly,
+    rounding a sum up by less than ``2**-SUM_BITS`` where its denominator would pass
+    `SUM_BITS` (`bounded_sum`), so the cached sums lie between the exact sums and the
+    exact sums plus one such step per record: never below (an under-count).
+
+    Examples:
+        >>> seen = LedgerTip(1, "h", Fraction(1, 2), Fraction(0))
+        >>> one = '{"cost":{"delta":"0/1","epsilon":"1/4","kind":"cost"}}'
+        >>> sums_add_up(seen, [one], LedgerTip(2, "g", Fraction(3, 4), Fraction(0)))
+        True
+        >>> sums_add_up(seen, [one], LedgerTip(2, "g", Fraction(1, 2), Fraction(0)))
+        False
+    """
+    eps, delta, count = seen.epsilon_sum, seen.delta_sum, 0
+    for payload in payloads:
+        cost = _cost_in(payload)
+        if cost is None:
+            return False
+        eps, delta, count = eps + cost[0], delta + cost[1], count + 1
+    step = Fraction(count, _SUM_SCALE)
+    return (eps <= cached.epsilon_sum <= eps + step
+            and delta <= cached.delta_sum <= delta + step)
+
+
+#: Where a canonical payload's top-level cost starts (sorted keys: delta, then epsilon;
+#: no charge has a key named cost, and a quote inside a string is escaped).
+_COST_AT = '"cost":{"delta":"'
+
+
+def _cost_in(payload: str) -> tuple[Fraction, Fraction] | None:
+    """(epsilon, delta) of the top-level cost in a canonical payload, found by position
+    as the PostgreSQL sums trigger finds it; None if it is not there."""
+    at = payload.find(_COST_AT)
+    if at < 0:
+        return None
+    start = at + len(_COST_AT)
+    end = payload.find('"', start)
+    if end < 0 or not payload.startswith('","epsilon":"', end):
+        return None
+    eps_end = payload.find('"', end + 13)
+    return _cost_pair(payload[end + 13:eps_end], payload[start:end])
+
+
+@functools.lru_cache(maxsize=256)
+def _cost_pair(epsilon: str, delta: str) -> tuple[Fraction, Fraction] | None:
+    """Two ``"num/den"`` texts as fractions (cached: writers charge the same costs over
+    and over); None if either is not one."""
+    if not (_NUMBER.fullmatch(epsilon) and _NUMBER.fullmatch(delta)):
+        return None
+    try:
+        return Fraction(*_int_pair(epsilon)), Fraction(*_int_pair(delta))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+_NUMBER = re.compile(r"-?[0-9]+(?:/[0-9]+)?")
 
 
 def sums_follow(old_epsilon: str, old_delta: str, new_epsilon: str, new_delta: str,

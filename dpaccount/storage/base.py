@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from dpaccount.records import LedgerMeta, LedgerRecord
+from dpaccount.storage._sql import LedgerTip
 
 __all__ = ["AppendResult", "DecidingStore", "GroupAppend", "Store", "SumLimitedStore"]
 
@@ -165,6 +166,10 @@ class GroupAppend:
             the append fails closed if they changed (None: not checked).
         decide: Called with the records appended since ``known_head``; the group is
             appended only if every part's ``decide`` says so.
+        seen: The ledger's tip as the caller's own store last read or wrote it (its
+            ``seen_tip``): under the lock the ledger's tip must extend it, else
+            `LedgerCorruptError` and nothing is written (None: only ``known_head`` is
+            checked, unless the appending store saw the ledger itself).
     """
 
     name: str
@@ -172,3 +177,4 @@ class GroupAppend:
     record: LedgerRecord
     settings: str | None
     decide: Callable[[Sequence[LedgerRecord]], bool]
+    seen: LedgerTip | None = None

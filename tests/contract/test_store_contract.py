@@ -36,7 +36,7 @@ from dpaccount.errors import (
 from dpaccount.ledgers import open_ledger
 from dpaccount.records import LedgerMeta, LedgerRecord, canonical_bytes, chain_hash_payload
 from dpaccount.storage._sql import sums_follow
-from dpaccount.storage.base import DecidingStore, Store, SumLimitedStore
+from dpaccount.storage.base import DecidingStore, GroupAppend, Store, SumLimitedStore
 from dpaccount.storage.memory import MemoryStore
 from dpaccount.storage.sqlite import SQLiteStore
 
@@ -314,6 +314,35 @@ class DurableContract(StoreContract):
         self.raw("UPDATE {s}ledgers SET head = 3, last_hash = ?, epsilon_sum = ?",
                  (link, f"{total.numerator}/{total.denominator}"))
         assert store.verify().head == 3  # type: ignore[attr-defined]
+
+    def reset_behind(self) -> None:  # pragma: no cover - overridden
+        """Reset the cached sums to 0 around the triggers, leaving them standing."""
+        raise NotImplementedError
+
+    def test_every_write_path_refuses_a_tip_reset_behind_its_back(self, store: Store
+                                                                  ) -> None:
+        # Fail closed inside the deciding transaction (issue 28, item 3): the cached tip
+        # reset where the triggers did not see it no longer extends the tip this store
+        # saw, so no write path writes anything.
+        self.fill(store, 3)
+        self.reset_behind()
+        s: Any = store
+        attempts: dict[str, Callable[[], object]] = {
+            "append": lambda: s.append(3, rec(3)),
+            "append_within": lambda: s.append_within(3, rec(3), None, Fraction(0), None),
+            "append_decided": lambda: s.append_decided(3, rec(3), lambda missed: True),
+            "append_group": lambda: s.append_group(
+                [GroupAppend("main", 3, rec(3), None, lambda missed: True)]),
+            "write_snapshot": lambda: s.write_snapshot(3, "{}", None),
+            "migrate": lambda: s.migrate(META.model_copy(update={"budget_delta": "0/1"})),
+        }
+        for name, attempt in attempts.items():
+            with pytest.raises(LedgerCorruptError):
+                attempt()
+                raise AssertionError(f"{name} wrote on a reset tip")
+        assert self.fetch("SELECT count(*) FROM {s}records") == [(3,)]
+        assert self.fetch("SELECT count(*) FROM {s}snapshots") == [(0,)]
+        assert self.fetch("SELECT count(*) FROM {s}meta_history") == [(1,)]
 
     def test_meta_edit_without_migration_is_detected(self, store: Store) -> None:
         self.fill(store, 1)
@@ -598,6 +627,15 @@ class TestSQLiteStore(DurableContract):
                 conn.execute(f"DROP TRIGGER {t}")
         conn.close()
 
+    def reset_behind(self) -> None:
+        from dpaccount.storage.sqlite.schema import SCHEMA
+
+        with sqlite3.connect(self.path) as conn:  # dropped, reset, re-created as it was
+            conn.execute("DROP TRIGGER ledgers_tip_moves_forward")
+            conn.execute("UPDATE ledgers SET epsilon_sum = '0/1'")
+            conn.execute(next(s for s in SCHEMA if "ledgers_tip_moves_forward" in s))
+        conn.close()
+
     def test_file_settings(self, store: Store) -> None:
         with sqlite3.connect(self.path) as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -659,11 +697,13 @@ class TestPostgresStore(DurableContract):
 
         return psycopg.Error
 
-    def raw(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+    def raw(self, sql: str, params: tuple[Any, ...] = (), replica: bool = False) -> None:
         import psycopg
         from storage_helpers import PG_URL
 
         with psycopg.connect(PG_URL, autocommit=True) as conn:
+            if replica:  # triggers do not fire in this session (a superuser's setting)
+                conn.execute("SET session_replication_role = replica")
             query = sql.format(s=f'"{self.schema}".')
             conn.execute(query.replace("?", "%s") if params else query, params or None)
 
@@ -680,10 +720,11 @@ class TestPostgresStore(DurableContract):
         """As after a server crash that lost an asynchronous commit another writer read."""
         s = self.within(store)
         assert s.append_within(0, rec(0), None, Fraction(0), None).appended
-        self.unprotect()  # the crash, simulated: record 0 is gone, the ledger empty again
-        self.raw("DELETE FROM {s}records")
+        # The crash, simulated (in a session whose triggers do not fire, which leaves
+        # the catalogs as they were): record 0 is gone, the ledger empty again.
+        self.raw("DELETE FROM {s}records", replica=True)
         self.raw("UPDATE {s}ledgers SET head = 0, epsilon_sum = '0/1', "
-                 "last_hash = repeat('0', 64)")
+                 "last_hash = repeat('0', 64)", replica=True)
         other = opener("main")
         other.append(0, rec(0, eps="1/3"))  # a different record 0 after "recovery"
         with pytest.raises(LedgerCorruptError, match="nothing was written"):
@@ -712,6 +753,37 @@ class TestPostgresStore(DurableContract):
         assert again.append_within(1, rec(1), None, Fraction(0), None).appended
         assert again.verify().head == 2
         again.close()
+
+    def test_a_schema_from_before_least_privilege_is_upgraded_on_open(self, store: Store
+                                                                       ) -> None:
+        from storage_helpers import PG_URL
+
+        from dpaccount.storage.postgres import PostgresStore
+        from dpaccount.storage.postgres.functions import SIGNATURES
+        from dpaccount.storage.postgres.schema import WITHIN_SIGNATURE
+
+        self.fill(store, 2)
+        store.close()
+        # As dpaccount before issue 28 left a schema: no grants table, no row-level
+        # security, no writer functions (the _v3 function is what its writers call).
+        for table in ("ledgers", "records", "meta_history", "snapshots"):
+            self.raw(f"DROP POLICY dpaccount_granted ON {{s}}{table}")
+            self.raw(f"ALTER TABLE {{s}}{table} DISABLE ROW LEVEL SECURITY")
+        self.raw("DROP TABLE {s}grants")
+        for name, args in SIGNATURES.items():
+            self.raw(f"DROP FUNCTION {{s}}{name}({args})")
+        for _ in range(2):  # upgraded once; opening again changes nothing
+            again = PostgresStore(PG_URL, name="main", schema=self.schema)
+            assert again.initialize(META) == META
+            assert again.append_within(again.head(), rec(again.head()), None, Fraction(0),
+                                       None).appended
+            again.close()
+        assert self.fetch("SELECT count(*) FROM {s}grants") == [(0,)]
+        assert self.fetch("SELECT count(*) FROM pg_policy WHERE polname = 'dpaccount_granted' "
+                          "AND polrelid = '{s}records'::regclass") == [(1,)]
+        assert self.fetch(  # the function older writers call is still there
+            f"SELECT to_regprocedure('{{s}}{WITHIN_SIGNATURE}') IS NOT NULL") == [(True,)]
+        assert store.verify().head == 4  # type: ignore[attr-defined]
 
     def test_a_schema_whose_sums_trigger_calls_an_older_function_is_upgraded(
         self, store: Store
@@ -757,6 +829,9 @@ class TestPostgresStore(DurableContract):
     def unprotect(self) -> None:
         self.raw("ALTER TABLE {s}records DISABLE TRIGGER USER")
         self.raw("ALTER TABLE {s}ledgers DISABLE TRIGGER USER")
+
+    def reset_behind(self) -> None:  # the triggers do not fire in a replica session
+        self.raw("UPDATE {s}ledgers SET epsilon_sum = '0/1'", replica=True)
 
     def test_truncate_is_refused(self, store: Store) -> None:
         import psycopg

@@ -180,8 +180,10 @@ def _edit_snapshot(url: str, state: str, relink: bool) -> None:
             tip = LedgerTip(row[0], row[1], parse_frac(row[2], "e"), parse_frac(row[3], "d"))
             conn.execute("UPDATE snapshots SET hash = ? WHERE head = ?",
                          (snapshot_link(tip, row[4], state, None), row[0]))
-        conn.execute("CREATE TRIGGER snapshots_append_only_update BEFORE UPDATE ON snapshots "
-                     "BEGIN SELECT RAISE(ABORT, 'append-only'); END")  # covering the tracks
+        from dpaccount.storage.sqlite.schema import SCHEMA
+
+        conn.execute(next(s for s in SCHEMA if "snapshots_append_only_update" in s)
+                     )  # covering the tracks: the trigger as dpaccount wrote it
     conn.close()
 
 

@@ -5,14 +5,16 @@ default. An append is one transaction; how it excludes other writers is chosen w
 ``locking`` (measured in ``benchmarks/bench_storage.py``, documented in docs/ledgers.md):
 
 ``"conditional"`` (default)
-    ``UPDATE ledgers SET head = n + 1, ... WHERE name = ? AND head = n AND last_hash = h``
-    then ``INSERT`` the record: the update takes the ledger row's lock and checks the
-    head in one statement; zero rows updated means another writer won.
+    one call of the server-side function ``dpaccount_append_at_v1``: it locks the ledger
+    row, appends only if the row still holds the head, last hash, sums and settings the
+    writer expects, and inserts the record; a ``conflict`` status means another writer
+    won.
 ``"row"``
-    ``SELECT ... FOR UPDATE`` on the ledger row, compare, insert, update.
+    ``SELECT ... FOR UPDATE`` on the ledger row, compare, insert, update (the tables
+    directly: the schema owner's privileges).
 ``"serializable"``
     the same statements without ``FOR UPDATE`` in a SERIALIZABLE transaction; a
-    serialization failure is retried.
+    serialization failure is retried (the owner's privileges too).
 
 How an append is made durable is chosen with ``commit``:
 
@@ -29,9 +31,8 @@ How an append is made durable is chosen with ``commit``:
 ``"sync"``
     the append transaction commits synchronously while holding the row lock.
 
-With ``"conditional"`` locking, an append is a single statement (a CTE updates the
-ledger row ``WHERE head = n AND last_hash = h`` and inserts the record from it), sent
-with its commit(s) as one multi-statement query: one round trip, whose last statement
+With ``"conditional"`` locking, an append is a single function call, sent with the guard
+and its commit(s) as one multi-statement query: one round trip, whose last statement
 reads, in a fresh snapshot, the records from ``seq`` on. After a lost race those are the
 winners' records, which then answer the accountant's catch-up (`head()`,
 `read()`) without another round trip; after a win, the records appended since let
@@ -47,6 +48,16 @@ apply to it as above.
 Either way the append is flushed to the WAL (under the session's ``synchronous_commit``,
 raised to ``on`` if the server default is ``off``) before ``append()`` returns, so no
 answer is released before its charge is durable. docs/ledgers.md argues the crash cases.
+
+Every write fails closed inside its own transaction (docs/ledgers.md, "Fail closed inside
+the deciding transaction"): the server-side functions compare the ledger's tip under the
+row lock with the one this store saw last, and a guard statement run just before each
+``COMMIT`` checks that the functions and triggers are the ones pinned when the store
+first wrote and that ``session_replication_role`` is ``origin``
+(`dpaccount.storage.postgres.protections`); otherwise `LedgerCorruptError` and nothing
+is written. A role granted a ledger with `PostgresStore.grant` (``dpaccount ledger
+grant``) writes only through those ``SECURITY DEFINER`` functions
+(`dpaccount.storage.postgres.roles`).
 
 A lock wait longer than ``lock_timeout``, a serialization failure that persists, a lost
 connection or any other database error raises `StorageError`

@@ -9,17 +9,31 @@ version: a changed body gets a new name, created next to the old one.
 from __future__ import annotations
 
 from dpaccount.storage._sql import SUM_BITS
+from dpaccount.storage.postgres.functions import (
+    ADD_FUNCTION,
+    CMP_FUNCTION,
+    MAY_WRITE_FUNCTION,
+    ORDER_FUNCTION,
+    SIGNATURES,
+    definer_sql,
+)
 
 __all__ = [
     "ADD_FUNCTION",
     "SUMS_FUNCTION",
+    "TABLES",
     "TIP_FUNCTION",
+    "TRIGGERS",
     "WITHIN_FUNCTION",
     "WITHIN_SIGNATURE",
     "append_within_sql",
     "function_sources",
+    "present_sql",
     "schema_sql",
 ]
+
+#: The tables whose triggers protect a ledger (and whose rows a granted role may read).
+TABLES = ("ledgers", "records", "meta_history", "snapshots")
 
 
 def schema_sql(schema: str) -> list[str]:
@@ -176,7 +190,57 @@ def schema_sql(schema: str) -> list[str]:
         END $$"""
     )
     statements.append(append_within_sql(s))
+    statements += _grants_sql(s)
     return statements
+
+
+def _grants_sql(s: str) -> list[str]:
+    """Least privilege (see `dpaccount.storage.postgres.roles`): the grants table, the
+    writer functions (``EXECUTE`` revoked from ``PUBLIC``), and row-level security that
+    shows a granted role only the ledgers it was granted (the owner sees everything)."""
+    statements = [
+        f"""CREATE TABLE IF NOT EXISTS {s}.grants (
+            role oid NOT NULL,
+            ledger text NOT NULL,
+            access text NOT NULL CHECK (access IN ('write', 'read', 'audit')),
+            via text NOT NULL,
+            needs text[] NOT NULL DEFAULT '{{}}',
+            PRIMARY KEY (role, ledger, via))""",
+        *definer_sql(s),
+    ]
+    for name in (*SIGNATURES, MAY_WRITE_FUNCTION, CMP_FUNCTION, ORDER_FUNCTION):
+        statements.append(f"REVOKE EXECUTE ON FUNCTION {s}.{name} FROM PUBLIC")
+    granted = (f"ARRAY(SELECT g.ledger FROM {s}.grants g "
+               "WHERE pg_catalog.pg_has_role(current_user, g.role, 'MEMBER'))")
+    for table, column in (("ledgers", "name"), ("records", "ledger"),
+                          ("meta_history", "ledger"), ("snapshots", "ledger"),
+                          ("grants", None)):
+        using = ("pg_catalog.pg_has_role(current_user, role, 'MEMBER')" if column is None
+                 else f"{column} = ANY ({granted})")
+        statements.append(f"ALTER TABLE {s}.{table} ENABLE ROW LEVEL SECURITY")
+        statements.append(
+            f"""DO $$ BEGIN
+            IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_policy
+                           WHERE polrelid = '{s}.{table}'::regclass
+                           AND polname = 'dpaccount_granted') THEN
+                CREATE POLICY dpaccount_granted ON {s}.{table} FOR SELECT USING ({using});
+            END IF;
+            END $$"""
+        )
+    return statements
+
+
+def present_sql(s: str) -> tuple[str, tuple[str, ...]]:
+    """A query (and its parameters) that is true when schema ``s`` holds every table and
+    function this version of dpaccount needs."""
+    names = [f"{s}.meta_history", f"{s}.snapshots", f"{s}.grants"]
+    functions = [f"{s}.{WITHIN_SIGNATURE}", f"{s}.{TIP_FUNCTION}()", f"{s}.{SUMS_FUNCTION}()",
+                 f"{s}.{MAY_WRITE_FUNCTION}(text[], boolean)", f"{s}.{CMP_FUNCTION}(text, text)",
+                 f"{s}.{ORDER_FUNCTION}(text[])",
+                 *(f"{s}.{name}({args})" for name, args in SIGNATURES.items())]
+    checks = (["to_regclass(%s) IS NOT NULL"] * len(names)
+              + ["to_regprocedure(%s) IS NOT NULL"] * len(functions))
+    return "SELECT " + " AND ".join(checks), (*names, *functions)
 
 
 #: The trigger function that keeps a ledger's cached tip moving forward only.
@@ -184,13 +248,23 @@ TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
 #: The deferred trigger function that checks a tip moved by one record adds its cost,
 #: and the bounded exact addition of two ``"num/den"`` texts it uses.
 SUMS_FUNCTION = "dpaccount_sums_follow_records_v2"
-ADD_FUNCTION = "dpaccount_add_bounded_v1"
 
 #: The server-side function behind `PostgresStore.append_within()` (its signature;
 #: the name carries a version so a changed body gets a new function).
 WITHIN_FUNCTION = "dpaccount_append_within_v3"
 WITHIN_SIGNATURE = f"{WITHIN_FUNCTION}(text, bigint, text, text, text, text, text, text, " \
     "text, text, text, text)"
+
+
+#: The protective triggers: name -> (the table it is on, the function it calls).
+TRIGGERS = {
+    **{f"{table}_{kind}": (table, "dpaccount_append_only")
+       for table in ("records", "meta_history", "snapshots")
+       for kind in ("append_only", "no_truncate")},
+    "ledgers_keep": ("ledgers", "dpaccount_append_only"),
+    "ledgers_tip_moves_forward": ("ledgers", TIP_FUNCTION),
+    "ledgers_sums_follow_records": ("ledgers", SUMS_FUNCTION),
+}
 
 
 def function_sources(schema: str) -> dict[str, str]:

@@ -29,8 +29,9 @@ from dpaccount.records import (
     LedgerRecord,
     chain_hash_payload,
 )
-from dpaccount.storage._chain import Snapshot
+from dpaccount.storage._chain import Snapshot, check_extends
 from dpaccount.storage._sql import LedgerTip, RecordRow, check_key, frac_text, parse_frac
+from dpaccount.storage.postgres.functions import GUARD_TAG, FunctionChangedError
 
 __all__ = ["RECORD_COLUMNS", "PostgresSession", "split_anchor"]
 
@@ -66,12 +67,26 @@ class PostgresSession:
     _sql_within: dict[str, str]
     _sql_barrier: str
     _prepared_on: Any
+    _prepared_pins: Any
     _prefetch: tuple[float, int, list[LedgerRecord]] | None
     _lock: threading.RLock
-    _tip_cache: LedgerTip | None
     _meta_text: str | None
-    _seen: tuple[int, str] | None
+    #: The tip of each ledger this store last read or wrote (see `seen_tip`).
+    _seen: dict[str, LedgerTip]
+    #: The functions and triggers pinned for the guard (set by `_pin`).
+    _pins: Any
     _conn: Any
+
+    @property
+    def seen_tip(self) -> LedgerTip | None:
+        """The tip of this store's ledger as it last read or wrote it (None: not yet).
+
+        Every write checks, under the ledger row's lock, that the ledger's tip still
+        extends it (`dpaccount.storage._chain.check_extends`)."""
+        return self._seen.get(self.name)
+
+    def _pin(self, repin: bool = False) -> Any:  # pragma: no cover - PostgresProtections
+        raise NotImplementedError
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -147,11 +162,27 @@ class PostgresSession:
             )
 
     def _call(self, body: Callable[[Any], T]) -> T:
-        """Run ``body(connection)``, mapping database errors to the error tree."""
+        """Run ``body(connection)``, mapping database errors to the error tree.
+
+        When the guard found only a pinned function's row changed (`FunctionChangedError`),
+        the functions are checked again and, if they are still dpaccount's (a ``GRANT``
+        changed their privileges), pinned anew and ``body`` run once more: its
+        transaction was rolled back, so nothing was written.
+        """
+        with self._lock:
+            try:
+                return self._call_once(body)
+            except FunctionChangedError:
+                self._pin(repin=True)
+            return self._call_once(body)
+
+    def _call_once(self, body: Callable[[Any], T]) -> T:
         errors = self._pg.errors
         with self._lock:
             try:
                 return body(self._connection())
+            except errors.InvalidTextRepresentation as exc:
+                raise self._guard_failure(exc) from exc
             except errors.LockNotAvailable as exc:
                 raise StorageError(
                     f"could not lock ledger {self.name!r} within {self.lock_timeout:g} s; "
@@ -169,8 +200,34 @@ class PostgresSession:
                     ) from exc
             raise StorageError(f"PostgreSQL failed for ledger {self.name!r}: {message}")
 
+    def _guard_failure(self, exc: Exception) -> StorageError:
+        """The error for a failed statement: the guard's (see `GUARD_TAG`), or any other."""
+        text = str(exc)
+        if GUARD_TAG not in text:
+            return StorageError(f"PostgreSQL failed for ledger {self.name!r}: {exc}")
+        what = text.split(GUARD_TAG, 1)[1]
+        if what.startswith("functions"):
+            return FunctionChangedError(
+                f"a server-side function of schema {self.schema!r} changed since this "
+                "writer checked it; nothing was written")
+        if what.startswith("triggers"):
+            return LedgerCorruptError(
+                f"the protective triggers of schema {self.schema!r} were changed "
+                "(disabled, dropped, re-created or enabled again) since this writer opened "
+                "the ledger; nothing was written and the query must not run. Check the "
+                "ledger with `dpaccount ledger verify`, then reopen it")
+        return LedgerCorruptError(
+            "this session's session_replication_role is not 'origin', so the protective "
+            "triggers do not fire in it; nothing was written and the query must not run. "
+            "Remove the setting (ALTER ROLE/DATABASE ... RESET session_replication_role)")
+
     def _write(self, body: Callable[[Any], T], serializable: bool = False) -> T:
+        """Run ``body(cursor)`` in one write transaction (retrying serialization
+        failures); every such body ends with the guard, so the protections are checked
+        and pinned first, outside the transaction."""
         self._writable()
+        if self._pins is None:
+            self._pin()
 
         def run(conn: Any) -> T:
             for _attempt in range(SERIALIZATION_RETRIES):
@@ -207,16 +264,19 @@ class PostgresSession:
         idempotent: after psycopg (or a pooler) dropped some or all of them, they are
         prepared afresh.
         """
-        if self._prepared_on is conn:
+        pins = self._pins
+        if self._prepared_on is conn and self._prepared_pins is pins:
             return
         try:
             conn.execute("DEALLOCATE ALL")
             for name, sql in self._prepare_sql.items():
                 conn.execute(f"PREPARE {name} {sql}")
+            if pins is not None:  # the guard, for the pins it checks (see protections)
+                conn.execute(f"PREPARE dpaccount_guard AS {pins.guard()}")
         except self._pg.Error:
             conn.close()  # start over on a fresh connection next time
             raise
-        self._prepared_on = conn
+        self._prepared_on, self._prepared_pins = conn, pins
 
     def _run_prepared(self, conn: Any, sql: str, params: dict[str, Any]) -> Any:
         """Execute one round trip of prepared statements; survive lost statements.
@@ -271,7 +331,7 @@ class PostgresSession:
         check_key(None if row is None else str(row[0]), self._key, self.name)
 
     def _migrated(self, name: str | None = None) -> StorageError:
-        return StorageError(
+        return LedgerCorruptError(
             f"ledger {self.name if name is None else name!r} was migrated to other settings "
             "(budget, rule or relation) since it was opened; nothing was written. Reopen "
             "it, so that every charge is decided under the stored settings."
@@ -293,7 +353,23 @@ class PostgresSession:
             "WHERE name = %s" + (" FOR UPDATE" if lock else ""),
             (self.name if name is None else name,),
         )
-        return self._tip_of_row(cur.fetchone(), name, settings)
+        tip = self._tip_of_row(cur.fetchone(), name, settings)
+        seen = self._seen.get(self.name if name is None else name)
+        anchor = None
+        if seen is not None and tip.head > seen.head:
+            anchor = self._hash_at(cur, seen.head - 1, name)
+        check_extends(tip, seen, anchor)
+        return tip
+
+    def _hash_at(self, cur: Any, seq: int, name: str | None = None) -> str | None:
+        """The stored link of record ``seq`` (the genesis hash for -1; None: missing)."""
+        if seq < 0:
+            return GENESIS_HASH
+        row = cur.execute(
+            f"SELECT hash FROM {self._s}.records WHERE ledger = %s AND seq = %s",
+            (self.name if name is None else name, seq),
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     def _tip_of_row(self, row: Any, name: str | None = None,
                     settings: str | None = None) -> LedgerTip:
@@ -361,10 +437,21 @@ class PostgresSession:
         )
 
     def _fetch_tip(self) -> LedgerTip:
-        tip = self._call(lambda conn: self._tip_row(conn.cursor()))
-        if tip is None:
-            raise StorageError(f"ledger {self.name!r} is not initialized")
-        self._tip_cache = tip
+        """The ledger's tip as stored now, checked to extend the one seen last."""
+
+        def get(conn: Any) -> LedgerTip:
+            cur = conn.cursor()
+            tip = self._tip_row(cur)
+            if tip is None:
+                raise StorageError(f"ledger {self.name!r} is not initialized")
+            seen = self._seen.get(self.name)
+            anchor = None
+            if seen is not None and tip.head > seen.head:
+                anchor = self._hash_at(cur, seen.head - 1)
+            check_extends(tip, seen, anchor)
+            return tip
+
+        tip: LedgerTip = self._call(get)
         return tip
 
     def _barrier(self, record_hash: str, seq: int, name: str | None = None) -> None:

@@ -28,9 +28,11 @@ from dpaccount.records import (
 from dpaccount.storage._chain import (
     VERIFY_CHUNK,
     Snapshot,
+    check_extends,
     check_ledger,
     check_records,
     check_since_snapshot,
+    seen_after_read,
     snapshot_link,
     snapshot_of,
 )
@@ -45,14 +47,14 @@ from dpaccount.storage._sql import (
     parse_meta,
 )
 from dpaccount.storage.postgres.appends import PostgresAppends
-from dpaccount.storage.postgres.schema import (
-    SUMS_FUNCTION,
-    TIP_FUNCTION,
-    WITHIN_FUNCTION,
-    WITHIN_SIGNATURE,
-    function_sources,
-    schema_sql,
+from dpaccount.storage.postgres.functions import (
+    APPEND_ONE_FUNCTION,
+    SNAPSHOT_FUNCTION,
+    WITHIN_V4_FUNCTION,
 )
+from dpaccount.storage.postgres.protections import Pins
+from dpaccount.storage.postgres.roles import PostgresRoles
+from dpaccount.storage.postgres.schema import present_sql, schema_sql
 from dpaccount.storage.postgres.session import RECORD_COLUMNS, Commit, Locking
 
 __all__ = ["PostgresStore"]
@@ -60,7 +62,7 @@ __all__ = ["PostgresStore"]
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-class PostgresStore(PostgresAppends):
+class PostgresStore(PostgresAppends, PostgresRoles):
     """One named ledger in a PostgreSQL database (many ledgers may share a schema).
 
     Args:
@@ -129,17 +131,15 @@ class PostgresStore(PostgresAppends):
         self._conninfo = conninfo
         self._s = f'"{schema}"'
         # Prepared once per connection (see _prepare), run from one multi-statement
-        # query per append: ($1 name, $2 seq, $3 prev, $4 head, $5 hash, $6 eps,
-        # $7 delta, $8 payload, $9 query_id).
+        # query per append.
         self._prepare_sql = {
-            # Appends only if the head, the last hash and the settings ($10; NULL: not
-            # checked) are what this store expects.
-            "dpaccount_append": "(text, bigint, text, bigint, text, text, text, text, text, "
-            f"text) AS WITH u AS (UPDATE {self._s}.ledgers SET head = $4, last_hash = $5, "
-            "epsilon_sum = $6, delta_sum = $7 WHERE name = $1 AND head = $2 AND last_hash = $3 "
-            "AND ($10::text IS NULL OR meta = $10) "
-            f"RETURNING name) INSERT INTO {self._s}.records SELECT name, $2, $8, $3, $5, $9 "
-            "FROM u",
+            # Compare-and-append of one record (see functions.APPEND_ONE_FUNCTION): ($1
+            # name, $2 seq, $3 prev, $4 eps, $5 delta: the tip expected; $6 the settings
+            # expected (NULL: not checked); $7 payload, $8 hash, $9 query_id, $10 and
+            # $11 the new sums.
+            "dpaccount_append": "(text, bigint, text, text, text, text, text, text, text, "
+            f"text, text) AS SELECT {self._s}.{APPEND_ONE_FUNCTION}($1, $2, $3, $4, $5, $6, "
+            "$7, $8, $9, $10, $11)",
             # Writes one WAL record (so its commit must flush) only if our record is stored.
             "dpaccount_barrier": "(text, bigint, text) AS SELECT pg_logical_emit_message(true, "
             f"'dpaccount', '') FROM {self._s}.records "
@@ -148,10 +148,11 @@ class PostgresStore(PostgresAppends):
             # first if we won, else the winners'.
             "dpaccount_since": f"(text, bigint) AS SELECT {RECORD_COLUMNS} FROM "
             f"{self._s}.records WHERE ledger = $1 AND seq >= $2 ORDER BY seq",
-            # append_within: see append_within_sql for the arguments.
+            # append_within: see functions._within_sql for the arguments.
             "dpaccount_within": "(text, bigint, text, text, text, text, text, text, text, "
-            f"text, text, text) AS SELECT * FROM {self._s}.{WITHIN_FUNCTION}($1, $2, $3, "
-            "$4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            f"text, text, bigint, text, text, text) AS SELECT * FROM {self._s}."
+            f"{WITHIN_V4_FUNCTION}($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, "
+            "$14, $15)",
             # Flushes only if our record is stored (at the head the function found; a
             # concurrent record may share our payload up to its seq, hence EXISTS).
             "dpaccount_within_barrier": "(text, bigint, text, text) AS SELECT "
@@ -160,9 +161,12 @@ class PostgresStore(PostgresAppends):
             "AND payload = $3 || seq::text || $4)",
         }
         append = (
-            "EXECUTE dpaccount_append(%(name)s, %(seq)s, %(prev)s, %(head)s, %(hash)s, "
-            "%(eps)s, %(delta)s, %(payload)s, %(qid)s, %(meta)s)"
+            "EXECUTE dpaccount_append(%(name)s, %(seq)s, %(prev)s, %(eps)s, %(delta)s, "
+            "%(meta)s, %(payload)s, %(hash)s, %(qid)s, %(new_eps)s, %(new_delta)s)"
         )
+        # Fails unless the pinned functions and triggers stand (prepared with the pins,
+        # see protections.Pins.guard).
+        guard = "EXECUTE dpaccount_guard"
         barrier = "EXECUTE dpaccount_barrier(%(name)s, %(seq)s, %(hash)s)"
         since = "EXECUTE dpaccount_since(%(name)s, %(seq)s)"
         #: The statements of one append, sent as one simple query (one round trip); the
@@ -170,13 +174,13 @@ class PostgresStore(PostgresAppends):
         #: implicit transaction, committed (synchronously) at the end of the query.
         self._sql_append = {
             "group": "BEGIN; SET LOCAL synchronous_commit = off; "
-            f"{append}; COMMIT; {barrier}; {since}",
-            "sync": f"{append}; {since}",
+            f"{append}; {guard}; COMMIT; {barrier}; {since}",
+            "sync": f"{append}; {guard}; {since}",
         }
         within = (
-            "EXECUTE dpaccount_within(%(name)s, %(known)s, %(anchor)s, %(prefix)s, "
-            "%(suffix)s, %(qid)s, %(eps)s, %(delta)s, %(eps_limit)s, %(delta_limit)s, "
-            "%(delta_below)s, %(meta)s)"
+            "EXECUTE dpaccount_within(%(name)s, %(known)s, %(prefix)s, %(suffix)s, "
+            "%(qid)s, %(eps)s, %(delta)s, %(eps_limit)s, %(delta_limit)s, %(delta_below)s, "
+            "%(meta)s, %(seen_head)s, %(seen_hash)s, %(seen_eps)s, %(seen_delta)s)"
         )
         within_barrier = (
             "EXECUTE dpaccount_within_barrier(%(name)s, %(known)s, %(prefix)s, %(suffix)s)"
@@ -184,10 +188,11 @@ class PostgresStore(PostgresAppends):
         #: append_within in one round trip, as ``_sql_append``.
         self._sql_within = {
             "group": "BEGIN; SET LOCAL synchronous_commit = off; "
-            f"{within}; COMMIT; {within_barrier}",
-            "sync": within,
+            f"{within}; {guard}; COMMIT; {within_barrier}",
+            "sync": f"{within}; {guard}",
         }
         self._prepared_on: Any = None
+        self._prepared_pins: Any = None
         self._sql_barrier = (
             f"SELECT pg_logical_emit_message(true, 'dpaccount', '') FROM {self._s}.records "
             "WHERE ledger = %(name)s AND seq = %(seq)s AND hash = %(hash)s"
@@ -195,12 +200,14 @@ class PostgresStore(PostgresAppends):
         #: (when, start, records): records with seq >= start, read ``when``.
         self._prefetch: tuple[float, int, list[LedgerRecord]] | None = None
         self._lock = threading.RLock()
-        self._tip_cache: LedgerTip | None = None
         #: The settings this store opened the ledger under (its writes refuse others).
         self._meta_text: str | None = None
-        #: (n, hash of record n - 1) as this store last read or wrote it: append_within
-        #: checks that the chain it continues still ends there (see the docs on crashes).
-        self._seen: tuple[int, str] | None = None
+        #: The tip of each ledger as this store last read or wrote it: every write
+        #: checks, under the row lock, that the ledger's tip still extends it (see the
+        #: docs on tampering and on crashes).
+        self._seen: dict[str, LedgerTip] = {}
+        #: The functions and triggers checked before the first write (the guard's pins).
+        self._pins: Pins | None = None
         self._conn: Any = None
         self._call(lambda conn: self._setup(conn))
 
@@ -231,47 +238,18 @@ class PostgresStore(PostgresAppends):
             )
             if cur.rowcount == 1:
                 self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
+            self._run_guard(cur)
 
-        self._write(create)
-        self._check_key()
         self.check_functions()
+        if self.stored_meta() is None:  # created by the owner; a granted role only opens
+            self._write(create)  # (a write: the guard checks the protections first)
+        self._check_key()
         self._verify_on_open()
         row = self._fetchone(f"SELECT meta FROM {s}.ledgers WHERE name = %s", (self.name,))
         if row is None:  # pragma: no cover - the row was just written
             raise StorageError(f"ledger {self.name!r} vanished after it was created")
         self._meta_text = str(row[0])
         return parse_meta(self._meta_text)
-
-    def check_functions(self) -> None:
-        """Refuse server-side functions whose definitions are not the ones dpaccount wrote.
-
-        The append function decides charges and the trigger functions guard the tables;
-        a replaced body (``CREATE OR REPLACE FUNCTION`` by anyone with the privilege)
-        could admit charges past the budget. Each function's source is compared with
-        the one this version of dpaccount installs.
-
-        Raises:
-            LedgerCorruptError: A function is missing or its source differs.
-        """
-        expected = function_sources(self.schema)
-
-        def get(conn: Any) -> dict[str, str]:
-            rows = conn.execute(
-                "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n "
-                "ON n.oid = p.pronamespace WHERE n.nspname = %s", (self.schema,)
-            ).fetchall()
-            return {str(name): str(src) for name, src in rows}
-
-        found = self._call(get)
-        changed = sorted(name for name, src in expected.items() if found.get(name) != src)
-        if changed:
-            raise LedgerCorruptError(
-                f"the server-side function(s) {', '.join(changed)} of schema "
-                f"{self.schema!r} are missing or were replaced; charges decided by them "
-                "cannot be trusted. Restore them (open the ledger with a fresh schema or "
-                "drop and re-create the functions) and revoke CREATE on the schema from "
-                "everyone but the ledger's owner"
-            )
 
     def head(self) -> int:
         """The number of records in the ledger (0 if it does not exist yet)."""
@@ -294,16 +272,17 @@ class PostgresStore(PostgresAppends):
 
         def get(conn: Any) -> list[LedgerRecord]:
             prev, rows = self._rows_since(conn, start)
-            seen = self._seen
-            if seen is not None and seen[0] == start and seen[1] != prev:
+            seen = self._seen.get(self.name)
+            if seen is not None and seen.head == start and seen.last_hash != prev:
                 raise LedgerCorruptError(
                     f"record {start - 1} is not the one this store read earlier: the "
                     "ledger's chain changed (a server crash lost an asynchronous commit?); "
                     "reopen the ledger", seq=start - 1,
                 )
             records = check_records(rows, start, prev, self._key)
-            self._seen = (start + len(records), rows[-1][3] if rows else prev)
-            self._advance_tip_cache(start, prev, records, rows[-1][3] if rows else prev)
+            after = seen_after_read(seen, start, prev, rows, records)
+            if after is not None:
+                self._seen[self.name] = after
             return records
 
         return self._call(get)
@@ -396,9 +375,9 @@ class PostgresStore(PostgresAppends):
             return cached, got
 
         tip, got = self._read(check, repeatable=True)
+        self._saw_verified(tip)
         if collect is not None:
             collect.extend(got)
-        self._tip_cache = tip
         return tip
 
     def verify_recent(self) -> LedgerTip:
@@ -438,8 +417,17 @@ class PostgresStore(PostgresAppends):
         tip = self._read(check, repeatable=True)
         if tip is None:
             return self.verify()
-        self._tip_cache = tip
+        self._saw_verified(tip)
         return tip
+
+    def _saw_verified(self, tip: LedgerTip) -> None:
+        """Remember a verified tip as seen (first: that it extends the one seen before;
+        one further ahead is kept for the next write to check under the lock)."""
+        seen = self._seen.get(self.name)
+        if seen is None or tip == seen:
+            self._seen[self.name] = tip
+        elif tip.head <= seen.head:
+            check_extends(tip, seen, None)
 
     def snapshots(self) -> list[Snapshot]:
         """Every stored snapshot, oldest first, each link checked."""
@@ -458,22 +446,33 @@ class PostgresStore(PostgresAppends):
 
     def write_snapshot(self, head: int, settings: str, state: str | None) -> bool:
         """Store a snapshot of the ledger after ``head`` records, if that is still its
-        head (else nothing is written and False is returned)."""
+        head and exactly the tip this store saw last (else nothing is written and False
+        is returned). A role granted the ledger writes it through a server-side function;
+        a share's writer may not write its ancestors' snapshots (False).
 
-        def insert(cur: Any) -> bool:
-            tip = self._locked_tip(cur, lock=True)
-            if tip.head != head or head == 0:
-                return False
-            cur.execute(
-                f"INSERT INTO {self._s}.snapshots VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT DO NOTHING",
-                (self.name, head, tip.last_hash, frac_text(tip.epsilon_sum),
-                 frac_text(tip.delta_sum), settings, state,
-                 snapshot_link(tip, settings, state, self._key)),
-            )
-            return bool(cur.rowcount == 1)
+        Raises:
+            LedgerCorruptError: The tip does not extend the one seen last, the settings
+                changed, or the protections do not stand; nothing was written.
+        """
+        self._writable()
+        seen = self._seen.get(self.name)
+        if seen is None or seen.head != head or head == 0:
+            return False
+        args = (self.name, seen.head, seen.last_hash, frac_text(seen.epsilon_sum),
+                frac_text(seen.delta_sum), self._meta_text, settings, state,
+                snapshot_link(seen, settings, state, self._key))
 
-        return self._write(insert)
+        def insert(cur: Any) -> str:
+            status = cur.execute(
+                f"SELECT {self._s}.{SNAPSHOT_FUNCTION}(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                args).fetchone()[0]
+            self._run_guard(cur)
+            return str(status)
+
+        status = self._write(insert)
+        if status in ("written", "exists", "moved", "refused"):
+            return status == "written"
+        raise self._refused_by(status, self.name, head)
 
     def _snapshot_rows(self, cur: Any, latest: bool = False) -> list[SnapshotRow]:
         rows = cur.execute(
@@ -511,6 +510,8 @@ class PostgresStore(PostgresAppends):
             row = cur.fetchone()
             if row is None:
                 raise StorageError(f"there is no ledger named {self.name!r} to migrate")
+            self._locked_tip(cur, lock=True)  # the settings and tip as this store saw them
+            self._run_guard(cur)
             if parse_meta(row[0]) == meta:
                 return False
             cur.execute(
@@ -542,17 +543,12 @@ class PostgresStore(PostgresAppends):
         ]
 
     def _setup(self, conn: Any) -> None:
-        # Every statement is idempotent; a schema made before append_within existed
-        # gets its function here.
+        # Every statement is idempotent; a schema made by an earlier dpaccount gets what
+        # it lacks here (by its owner: a granted role cannot, and is told so).
+        query, params = present_sql(self._s)
+
         def present() -> bool:
-            return bool(conn.execute(
-                "SELECT to_regclass(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
-                "AND to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL "
-                "AND to_regclass(%s) IS NOT NULL",
-                (f"{self._s}.meta_history", f"{self._s}.{WITHIN_SIGNATURE}",
-                 f"{self._s}.{TIP_FUNCTION}()", f"{self._s}.{SUMS_FUNCTION}()",
-                 f"{self._s}.snapshots"),
-            ).fetchone()[0])
+            return bool(conn.execute(query, params).fetchone()[0])
 
         if present():
             return
@@ -560,7 +556,7 @@ class PostgresStore(PostgresAppends):
             raise StorageError(
                 f"schema {self.schema!r} holds no dpaccount ledger tables this version can "
                 "read (opened read-only: nothing was created; a schema made by an earlier "
-                "dpaccount is upgraded by opening it once without read_only)"
+                "dpaccount is upgraded by opening it once, as its owner, without read_only)"
             )
         # A session lock, then a fresh transaction: a process that waited while another
         # created the schema checks again in a transaction that starts after that one
@@ -572,6 +568,12 @@ class PostgresStore(PostgresAppends):
                 if not present():
                     for statement in schema_sql(self.schema):
                         conn.execute(statement)
+        except self._pg.errors.InsufficientPrivilege as exc:
+            raise StorageError(
+                f"schema {self.schema!r} must be created or upgraded to this version of "
+                "dpaccount by its owner (open a ledger in it once as the owner); this role "
+                f"may not: {exc}"
+            ) from exc
         finally:
             conn.execute("SELECT pg_advisory_unlock(7346287161)")
 
@@ -582,30 +584,6 @@ class PostgresStore(PostgresAppends):
             (self.name, version, at, head, meta_json, prev,
              meta_hash(prev, version, at, head, meta_json, self._key)),
         )
-
-    def missing_protections(self) -> list[str]:
-        """The protective triggers that are missing, disabled (dropped or switched off), or
-        that call another function than the one this version of dpaccount installs."""
-        guard = "dpaccount_append_only"
-        expected = {"records_append_only": guard, "records_no_truncate": guard,
-                    "meta_history_append_only": guard, "meta_history_no_truncate": guard,
-                    "ledgers_keep": guard, "ledgers_tip_moves_forward": TIP_FUNCTION,
-                    "ledgers_sums_follow_records": SUMS_FUNCTION,
-                    "snapshots_append_only": guard, "snapshots_no_truncate": guard}
-
-        def get(conn: Any) -> list[str]:
-            rows = conn.execute(
-                "SELECT t.tgname, t.tgenabled, p.proname FROM pg_trigger t JOIN pg_class c "
-                "ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "JOIN pg_proc p ON p.oid = t.tgfoid "
-                "WHERE n.nspname = %s AND NOT t.tgisinternal", (self.schema,)
-            ).fetchall()
-            standing = {(str(name), str(function)) for name, state, function in rows
-                        if str(state) != "D"}
-            return sorted(name for name, function in expected.items()
-                          if (name, function) not in standing)
-
-        return self._call(get)
 
     @property
     def meta_text(self) -> str | None:

@@ -39,6 +39,7 @@ Examples:
     >>> store.close()
 """
 
+from dpaccount.storage.sqlite.files import loose_permissions
 from dpaccount.storage.sqlite.store import SQLiteStore
 
-__all__ = ["SQLiteStore"]
+__all__ = ["SQLiteStore", "loose_permissions"]

@@ -8,22 +8,24 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-from dpaccount.errors import (
-    LedgerConflictError,
-    StorageError,
-)
+from dpaccount.errors import LedgerConflictError, LedgerCorruptError
 from dpaccount.records import (
     LedgerRecord,
     canonical_bytes,
     chain_hash_payload,
 )
-from dpaccount.storage._chain import check_not_behind, missed_records
+from dpaccount.storage._chain import (
+    check_adds_up,
+    check_extends,
+    check_not_behind,
+    missed_records,
+)
 from dpaccount.storage._sql import (
     LedgerTip,
     RecordRow,
     check_key,
-    frac_text,
     renumberable,
+    sums_add_up,
     within_limits,
 )
 from dpaccount.storage.base import AppendResult, GroupAppend
@@ -57,7 +59,7 @@ class SQLiteAppends(SQLiteSession):
         payload = canonical_bytes(record).decode()
         query_id = record.query_id
 
-        def insert(cur: sqlite3.Cursor) -> None:
+        def insert(cur: sqlite3.Cursor) -> LedgerTip:
             tip = self._locked_tip(cur)
             if tip.head != expected_head:
                 raise LedgerConflictError(
@@ -74,14 +76,10 @@ class SQLiteAppends(SQLiteSession):
                 raise LedgerConflictError(
                     f"query_id {query_id!r} (or seq {record.seq}) is already recorded"
                 ) from exc
-            cur.execute(
-                "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
-                "WHERE name = ?",
-                (new.head, frac_text(new.epsilon_sum), frac_text(new.delta_sum),
-                 new.last_hash, self.name),
-            )
+            self._advance(cur, self.name, new)
+            return new
 
-        self._write(insert)
+        self._seen[self.name] = self._write(insert)
 
     def append_within(
         self,
@@ -109,24 +107,45 @@ class SQLiteAppends(SQLiteSession):
         """
         prefix, suffix = renumberable(record, known_head)
         cost = record.cost
+        seen = self._seen.get(self.name)
 
-        def insert(cur: sqlite3.Cursor) -> tuple[bool, LedgerTip, str, list[RecordRow]]:
-            tip = self._locked_tip(cur)
+        def insert(cur: sqlite3.Cursor
+                   ) -> tuple[LedgerTip | None, LedgerTip, str, list[RecordRow]]:
+            tip = self._locked_tip(cur, check_seen=False)
             check_not_behind(tip.head, known_head)
             prev = tip.last_hash  # nothing missed: nothing to read
             rows: list[RecordRow] = []
             if tip.head > known_head:
                 prev, rows = self._rows_since(cur, known_head)
+            self._check_sums_since(cur, tip, seen, known_head, prev, rows)
             if not within_limits(tip.epsilon_sum + cost.epsilon, tip.delta_sum + cost.delta,
                                  epsilon_limit, delta_limit, delta_below):
-                return False, tip, prev, rows
-            self._store_at_head(cur, tip, record, prefix, suffix)
-            return True, tip, prev, rows
+                return None, tip, prev, rows
+            return self._store_at_head(cur, tip, record, prefix, suffix), tip, prev, rows
 
-        appended, tip, prev, rows = self._write(insert)
+        new, tip, prev, rows = self._write(insert)
+        self._seen[self.name] = tip if new is None else new
         # Decoded after the commit, so the lock is held only for the arithmetic.
         missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash, self._key)
-        return AppendResult(appended, tip.head, tuple(missed))
+        return AppendResult(new is not None, tip.head, tuple(missed))
+
+    def _check_sums_since(self, cur: sqlite3.Cursor, tip: LedgerTip, seen: LedgerTip | None,
+                          known_head: int, prev: str, rows: list[RecordRow]) -> None:
+        """Under the lock, before a decision on the cached sums: the tip extends the one
+        seen last, and the records since add up to its sums (only their costs are read;
+        ``prev`` and ``rows``: the records from ``known_head`` on, already read)."""
+        if seen is None or tip.head <= seen.head:
+            check_extends(tip, seen, None)
+            return
+        since = rows
+        if seen.head != known_head:
+            prev, since = self._rows_since(cur, seen.head)
+        check_extends(tip, seen, prev)
+        if not sums_add_up(seen, (row[1] for row in since), tip):
+            raise LedgerCorruptError(
+                "the ledger's cached sums are not what the records since this writer last "
+                "read it add up to: someone reset or edited them around the protective "
+                "triggers; nothing was written", seq=seen.head)
 
     def append_decided(
         self,
@@ -148,21 +167,18 @@ class SQLiteAppends(SQLiteSession):
         """
         prefix, suffix = renumberable(record, known_head)
 
-        def insert(cur: sqlite3.Cursor) -> tuple[bool, int, list[LedgerRecord]]:
+        def insert(cur: sqlite3.Cursor
+                   ) -> tuple[LedgerTip | None, LedgerTip, list[LedgerRecord]]:
             tip = self._locked_tip(cur)
-            check_not_behind(tip.head, known_head)
-            missed: list[LedgerRecord] = []
-            if tip.head > known_head:
-                prev, rows = self._rows_since(cur, known_head)
-                missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash,
-                                        self._key)
+            missed = self._missed_under_lock(cur, self.name, known_head, tip,
+                                             self._seen.get(self.name))
             if not decide(missed):
-                return False, tip.head, missed
-            self._store_at_head(cur, tip, record, prefix, suffix)
-            return True, tip.head, missed
+                return None, tip, missed
+            return self._store_at_head(cur, tip, record, prefix, suffix), tip, missed
 
-        appended, seq, missed = self._write(insert)
-        return AppendResult(appended, seq, tuple(missed))
+        new, tip, missed = self._write(insert)
+        self._seen[self.name] = tip if new is None else new
+        return AppendResult(new is not None, tip.head, tuple(missed))
 
     def append_group(self, parts: Sequence[GroupAppend]) -> list[AppendResult]:
         """Append one record to each of several ledgers of this database file, all or
@@ -179,28 +195,42 @@ class SQLiteAppends(SQLiteSession):
             StorageError: As `append_decided`; nothing was written.
         """
         cut = [renumberable(part.record, part.known_head) for part in parts]
+        seen = [self._seen.get(part.name, part.seen) for part in parts]
 
-        def insert(cur: sqlite3.Cursor) -> list[AppendResult]:
+        def insert(cur: sqlite3.Cursor) -> tuple[list[AppendResult], list[LedgerTip]]:
             found = []
-            for part in parts:
-                tip = self._tip(cur, part.name)
-                if tip is None:
-                    raise StorageError(f"ledger {part.name!r} is not initialized")
-                if part.settings is not None and self._settings_text != part.settings:
-                    raise self._migrated(part.name)
+            for part, saw in zip(parts, seen, strict=True):
+                if part.name == self.name:
+                    tip = self._locked_tip(cur)
+                else:
+                    tip = self._locked_tip(cur, part.name, saw)
+                    if part.settings is not None and self._settings_text != part.settings:
+                        raise self._migrated(part.name)
                 check_key(self._settings_text, self._key, part.name)
-                check_not_behind(tip.head, part.known_head)
-                missed: list[LedgerRecord] = []
-                if tip.head > part.known_head:
-                    prev, rows = self._rows_since(cur, part.known_head, part.name)
-                    missed = missed_records(rows, part.known_head, prev, tip.head,
-                                            tip.last_hash, self._key)
-                found.append((tip, missed))
+                found.append((tip, self._missed_under_lock(cur, part.name, part.known_head,
+                                                           tip, saw)))
             admitted = all([part.decide(missed) for part, (_, missed) in zip(
                 parts, found, strict=True)])
+            tips = [tip for tip, _ in found]
             if admitted:
-                for part, (tip, _), (prefix, suffix) in zip(parts, found, cut, strict=True):
-                    self._store_at_head(cur, tip, part.record, prefix, suffix, part.name)
-            return [AppendResult(admitted, tip.head, tuple(missed)) for tip, missed in found]
+                tips = [self._store_at_head(cur, tip, part.record, prefix, suffix, part.name)
+                        for part, tip, (prefix, suffix) in zip(parts, tips, cut, strict=True)]
+            return [AppendResult(admitted, tip.head, tuple(missed))
+                    for tip, missed in found], tips
 
-        return self._write(insert)
+        results, tips = self._write(insert)
+        for part, tip in zip(parts, tips, strict=True):
+            self._seen[part.name] = tip
+        return results
+
+    def _missed_under_lock(self, cur: sqlite3.Cursor, name: str, known_head: int,
+                           tip: LedgerTip, seen: LedgerTip | None) -> list[LedgerRecord]:
+        """The records appended to ``name`` since ``known_head``, read and checked under
+        the write lock: against the chain, and adding up to ``tip`` from ``seen``."""
+        check_not_behind(tip.head, known_head)
+        if tip.head == known_head:
+            return []
+        prev, rows = self._rows_since(cur, known_head, name)
+        missed = missed_records(rows, known_head, prev, tip.head, tip.last_hash, self._key)
+        check_adds_up(seen, known_head, missed, rows, tip)
+        return missed

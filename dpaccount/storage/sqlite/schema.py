@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-__all__ = ["SCHEMA", "UPGRADE"]
+import re
+
+__all__ = ["SCHEMA", "TRIGGERS", "UPGRADE", "trigger_sql"]
 
 SCHEMA = (
     """
@@ -104,3 +106,25 @@ SCHEMA = (
 #: Statements run when a file made by an earlier dpaccount is opened (tables version 2:
 #: the tip trigger did not check that the sums add the new record's cost).
 UPGRADE = ("DROP TRIGGER IF EXISTS ledgers_tip_moves_forward",)
+
+
+def trigger_sql(sql: str) -> str:
+    """A trigger's SQL as compared with what dpaccount wrote: whitespace collapsed, and
+    without ``IF NOT EXISTS`` (SQLite stores ``CREATE TRIGGER name ...``)."""
+    text = " ".join(sql.split())
+    return text.replace("CREATE TRIGGER IF NOT EXISTS ", "CREATE TRIGGER ", 1)
+
+
+def _triggers() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for statement in SCHEMA:
+        text = trigger_sql(statement)
+        match = re.match(r"CREATE TRIGGER (\w+) ", text)
+        if match:
+            found[match[1]] = text
+    return found
+
+
+#: The protective triggers by name, with their SQL as `trigger_sql` writes it: a write
+#: checks under the lock that each stands with exactly this SQL.
+TRIGGERS = _triggers()

@@ -25,9 +25,10 @@ from dpaccount.records import (
     LedgerRecord,
     chain_hash_payload,
 )
-from dpaccount.storage._chain import Snapshot
+from dpaccount.storage._chain import Snapshot, check_extends
 from dpaccount.storage._sql import LedgerTip, RecordRow, check_key, frac_text, parse_frac
 from dpaccount.storage.sqlite.gate import WriterGate
+from dpaccount.storage.sqlite.schema import TRIGGERS, trigger_sql
 
 __all__ = ["RECORD_COLUMNS", "SQLiteSession"]
 
@@ -69,6 +70,18 @@ class SQLiteSession:
     _gate: WriterGate | None
     _wal_fd: int | None
     _wal_path: str
+    #: The tip of each ledger this store last read or wrote (see `seen_tip`).
+    _seen: dict[str, LedgerTip]
+    #: ``PRAGMA schema_version`` when the protective triggers were last found standing.
+    _pinned_schema: int | None
+
+    @property
+    def seen_tip(self) -> LedgerTip | None:
+        """The tip of this store's ledger as it last read or wrote it (None: not yet).
+
+        Every write checks, under the write lock, that the ledger's tip still extends
+        it (`dpaccount.storage._chain.check_extends`)."""
+        return self._seen.get(self.name)
 
     def _busy_seconds(self) -> float:
         # Short waits inside SQLite; the retry loop keeps the overall deadline.
@@ -148,7 +161,9 @@ class SQLiteSession:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 self._check_identity()
-                result = body(conn.cursor())
+                cur = conn.cursor()
+                self._check_protections(cur)
+                result = body(cur)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -171,6 +186,34 @@ class SQLiteSession:
             if self.commit == "group":
                 self._flush_wal()
             return result
+
+    def _check_protections(self, cur: sqlite3.Cursor) -> None:
+        """Under the write lock: the protective triggers stand (each present, with
+        dpaccount's SQL). ``PRAGMA schema_version`` changes with every schema change, so
+        they are read again only when it differs from the one last found standing.
+
+        Raises:
+            LedgerCorruptError: A trigger is missing or was re-created with other SQL;
+                nothing is written.
+        """
+        version = int(cur.execute("PRAGMA schema_version").fetchone()[0])
+        if version == self._pinned_schema:
+            return
+        broken = self._broken_triggers(cur)
+        if broken:
+            raise LedgerCorruptError(
+                f"the protective triggers {', '.join(broken)} of {self.path!r} are dropped or "
+                "were re-created with other SQL; nothing was written and the query must "
+                "not run. Someone bypassed them: check the ledger with `dpaccount ledger "
+                "verify` (against a head checkpoint) and restore the file from a backup"
+            )
+        self._pinned_schema = version
+
+    def _broken_triggers(self, cur: sqlite3.Cursor) -> list[str]:
+        """The names of the protective triggers that are missing or not dpaccount's."""
+        found = {str(name): trigger_sql(str(sql)) for name, sql in cur.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")}
+        return sorted(name for name, sql in TRIGGERS.items() if found.get(name) != sql)
 
     def _flush_wal(self) -> None:
         """Make the committed transaction durable: fsync the WAL it was written to.
@@ -229,13 +272,30 @@ class SQLiteSession:
             parse_frac(row[3], "delta_sum"),
         )
 
-    def _locked_tip(self, cur: sqlite3.Cursor) -> LedgerTip:
+    def _locked_tip(self, cur: sqlite3.Cursor, name: str | None = None,
+                    seen: LedgerTip | None = None, check_seen: bool = True) -> LedgerTip:
         """The tip, read inside a write transaction, after checking that the stored
-        settings are still the ones this store opened under."""
-        tip = self._tip(cur)
+        settings are still the ones this store opened under and (unless ``check_seen``
+        is False) that it extends the tip this store saw last (``seen``, for another
+        ledger of the file than this store's).
+
+        Raises:
+            LedgerCorruptError: The settings changed (a migration by another process),
+                or the tip does not extend what was seen (`check_extends`).
+        """
+        name = self.name if name is None else name
+        tip = self._tip(cur, name)
         if tip is None:
-            raise StorageError(f"ledger {self.name!r} is not initialized")
-        self._check_settings()
+            raise StorageError(f"ledger {name!r} is not initialized")
+        if name == self.name:
+            self._check_settings()
+            seen = self._seen.get(name)
+        if not check_seen:  # the caller checks it (with the rows it reads anyway)
+            return tip
+        if seen is not None and tip.head > seen.head:
+            check_extends(tip, seen, self._prev_hash(cur, seen.head, name))
+        else:
+            check_extends(tip, seen, None)
         return tip
 
     def _check_settings(self) -> None:
@@ -245,7 +305,7 @@ class SQLiteSession:
             raise self._migrated(self.name)
 
     def _migrated(self, name: str) -> StorageError:
-        return StorageError(
+        return LedgerCorruptError(
             f"ledger {name!r} was migrated to other settings (budget, rule or relation) "
             "since it was opened; nothing was written. Reopen it, so that every charge is "
             "decided under the stored settings."
@@ -274,9 +334,9 @@ class SQLiteSession:
         return str(row[0])
 
     def _store_at_head(self, cur: sqlite3.Cursor, tip: LedgerTip, record: LedgerRecord,
-                       prefix: str, suffix: str, name: str | None = None) -> None:
+                       prefix: str, suffix: str, name: str | None = None) -> LedgerTip:
         """Insert ``record`` numbered with the tip's head and advance the tip (in the
-        caller's write transaction)."""
+        caller's write transaction); the new tip."""
         name = self.name if name is None else name
         payload = f"{prefix}{tip.head}{suffix}"
         record_hash = chain_hash_payload(tip.last_hash, payload, self._key)
@@ -290,6 +350,11 @@ class SQLiteSession:
             raise LedgerConflictError(
                 f"query_id {record.query_id!r} (or seq {tip.head}) is already recorded"
             ) from exc
+        self._advance(cur, name, new)
+        return new
+
+    def _advance(self, cur: sqlite3.Cursor, name: str, new: LedgerTip) -> None:
+        """Move ledger ``name``'s cached tip to ``new`` (one record on; the trigger checks)."""
         cur.execute(
             "UPDATE ledgers SET head = ?, epsilon_sum = ?, delta_sum = ?, last_hash = ? "
             "WHERE name = ?",

@@ -26,9 +26,11 @@ from dpaccount.records import (
 from dpaccount.storage._chain import (
     VERIFY_CHUNK,
     Snapshot,
+    check_extends,
     check_ledger,
     check_records,
     check_since_snapshot,
+    seen_after_read,
     snapshot_link,
     snapshot_of,
 )
@@ -124,6 +126,8 @@ class SQLiteStore(SQLiteAppends):
         #: others (a migration by another process) fails closed.
         self._meta_text: str | None = None
         self._settings_text: str | None = None
+        self._seen: dict[str, LedgerTip] = {}
+        self._pinned_schema: int | None = None
         if self.path != ":memory:":
             self._create_private(create)
         try:
@@ -171,7 +175,12 @@ class SQLiteStore(SQLiteAppends):
             )
             self._insert_meta(cur, 0, GENESIS_HASH, 0, meta_json)
 
-        self._write(create)
+        stored = self._read(lambda cur: cur.execute(
+            "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone())
+        if stored is None:
+            self._write(create)  # (a write: the protections are checked first)
+        else:
+            check_key(str(stored[0]), self._key, self.name)
         self._verify_on_open()
         text = self._read(lambda cur: cur.execute(
             "SELECT meta FROM ledgers WHERE name = ?", (self.name,)).fetchone())
@@ -214,7 +223,11 @@ class SQLiteStore(SQLiteAppends):
             if start == 0:
                 self._check_key(cur)
             prev, rows = self._rows_since(cur, start)
-            return check_records(rows, start, prev, self._key)
+            records = check_records(rows, start, prev, self._key)
+            seen = seen_after_read(self._seen.get(self.name), start, prev, rows, records)
+            if seen is not None:
+                self._seen[self.name] = seen
+            return records
 
         return self._read(get)
 
@@ -314,6 +327,7 @@ class SQLiteStore(SQLiteAppends):
             return cached, got
 
         tip, got = self._read(check)
+        self._saw_verified(tip)
         if collect is not None:
             collect.extend(got)
         return tip
@@ -354,7 +368,19 @@ class SQLiteStore(SQLiteAppends):
             return cached
 
         tip = self._read(check)
-        return self.verify() if tip is None else tip
+        if tip is None:
+            return self.verify()
+        self._saw_verified(tip)
+        return tip
+
+    def _saw_verified(self, tip: LedgerTip) -> None:
+        """Remember a verified tip as seen (first: that it extends the one seen before;
+        one further ahead is kept for the next write to check under the lock)."""
+        seen = self._seen.get(self.name)
+        if seen is None or tip == seen:
+            self._seen[self.name] = tip
+        elif tip.head <= seen.head:
+            check_extends(tip, seen, None)
 
     def snapshots(self) -> list[Snapshot]:
         """Every stored snapshot, oldest first, each link checked."""
@@ -421,6 +447,7 @@ class SQLiteStore(SQLiteAppends):
             ).fetchone()
             if row is None:
                 raise StorageError(f"there is no ledger named {self.name!r} to migrate")
+            self._locked_tip(cur)  # the settings and the tip are as this store saw them
             if parse_meta(row[0]) == meta:
                 return False
             version, prev = cur.execute(
@@ -438,15 +465,9 @@ class SQLiteStore(SQLiteAppends):
         return changed
 
     def missing_protections(self) -> list[str]:
-        """The names of the protective triggers that are not in the database (dropped)."""
-        expected = {"records_append_only_update", "records_append_only_delete",
-                    "meta_history_append_only_update", "meta_history_append_only_delete",
-                    "ledgers_keep", "ledgers_tip_moves_forward",
-                    "snapshots_append_only_update", "snapshots_append_only_delete"}
-        present = set(self._read(lambda cur: [
-            str(r[0]) for r in cur.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-        ]))
-        return sorted(expected - present)
+        """The names of the protective triggers that are not in the database (dropped) or
+        were re-created with other SQL than dpaccount's."""
+        return self._read(self._broken_triggers)
 
     def meta_history(self) -> list[tuple[int, datetime, int, LedgerMeta]]:
         """Every metadata the ledger had: (version, when, head at that time, meta)."""
@@ -514,6 +535,12 @@ class SQLiteStore(SQLiteAppends):
             (self.name, version, at, head, meta_json, prev,
              meta_hash(prev, version, at, head, meta_json, self._key)),
         )
+
+    @property
+    def meta_text(self) -> str | None:
+        """The stored settings (JSON text) this store opened its ledger under; an append
+        that names them fails closed if they changed since (`GroupAppend.settings`)."""
+        return self._meta_text
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r}, name={self.name!r})"
