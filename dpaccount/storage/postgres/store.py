@@ -1,5 +1,5 @@
-"""`PostgresStore`: the ledger's interface, verification, migrations and snapshots (see
-`dpaccount.storage.postgres` for how appends lock and commit)."""
+"""`PostgresStore`: the ledger's interface and verification (migrations and snapshots are
+in `history`; see `dpaccount.storage.postgres` for how appends lock and commit)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import hashlib
 import re
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from dpaccount.errors import (
@@ -33,25 +32,19 @@ from dpaccount.storage._chain import (
     check_records,
     check_since_snapshot,
     seen_after_read,
-    snapshot_link,
     snapshot_of,
 )
 from dpaccount.storage._sql import (
     LedgerTip,
     MetaRow,
     RecordRow,
-    SnapshotRow,
-    check_meta_history,
-    frac_text,
-    meta_hash,
     parse_meta,
 )
-from dpaccount.storage.postgres.appends import PostgresAppends
 from dpaccount.storage.postgres.functions import (
     APPEND_ONE_FUNCTION,
-    SNAPSHOT_FUNCTION,
     WITHIN_V4_FUNCTION,
 )
+from dpaccount.storage.postgres.history import PostgresHistory
 from dpaccount.storage.postgres.protections import Pins
 from dpaccount.storage.postgres.roles import PostgresRoles
 from dpaccount.storage.postgres.schema import present_sql, schema_sql
@@ -62,7 +55,7 @@ __all__ = ["PostgresStore"]
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-class PostgresStore(PostgresAppends, PostgresRoles):
+class PostgresStore(PostgresHistory, PostgresRoles):
     """One named ledger in a PostgreSQL database (many ledgers may share a schema).
 
     Args:
@@ -429,59 +422,6 @@ class PostgresStore(PostgresAppends, PostgresRoles):
         elif tip.head <= seen.head:
             check_extends(tip, seen, None)
 
-    def snapshots(self) -> list[Snapshot]:
-        """Every stored snapshot, oldest first, each link checked."""
-        rows = self._read(lambda cur: self._snapshot_rows(cur))
-        return [snapshot_of(row, self._key) for row in rows]
-
-    def _check_history(self, cur: Any) -> None:
-        """The settings history is intact and ends at the current settings."""
-        history = cur.execute(
-            f"SELECT version, at, head, meta, prev_hash, hash FROM {self._s}.meta_history "
-            "WHERE ledger = %s ORDER BY version", (self.name,),
-        ).fetchall()
-        current = cur.execute(f"SELECT meta FROM {self._s}.ledgers WHERE name = %s",
-                              (self.name,)).fetchone()[0]
-        check_meta_history(history, current, self._key)
-
-    def write_snapshot(self, head: int, settings: str, state: str | None) -> bool:
-        """Store a snapshot of the ledger after ``head`` records, if that is still its
-        head and exactly the tip this store saw last (else nothing is written and False
-        is returned). A role granted the ledger writes it through a server-side function;
-        a share's writer may not write its ancestors' snapshots (False).
-
-        Raises:
-            LedgerCorruptError: The tip does not extend the one seen last, the settings
-                changed, or the protections do not stand; nothing was written.
-        """
-        self._writable()
-        seen = self._seen.get(self.name)
-        if seen is None or seen.head != head or head == 0:
-            return False
-        args = (self.name, seen.head, seen.last_hash, frac_text(seen.epsilon_sum),
-                frac_text(seen.delta_sum), self._meta_text, settings, state,
-                snapshot_link(seen, settings, state, self._key))
-
-        def insert(cur: Any) -> str:
-            status = cur.execute(
-                f"SELECT {self._s}.{SNAPSHOT_FUNCTION}(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                args).fetchone()[0]
-            self._run_guard(cur)
-            return str(status)
-
-        status = self._write(insert)
-        if status in ("written", "exists", "moved", "refused"):
-            return status == "written"
-        raise self._refused_by(status, self.name, head)
-
-    def _snapshot_rows(self, cur: Any, latest: bool = False) -> list[SnapshotRow]:
-        rows = cur.execute(
-            "SELECT head, last_hash, epsilon_sum, delta_sum, settings, state, hash FROM "
-            f"{self._s}.snapshots WHERE ledger = %s ORDER BY head"
-            + (" DESC LIMIT 1" if latest else ""), (self.name,),
-        ).fetchall()
-        return [tuple(r) for r in rows]
-
     def _verify_on_open(self) -> None:
         if self.full_verify:
             self.verify()
@@ -489,58 +429,6 @@ class PostgresStore(PostgresAppends, PostgresRoles):
             self.snapshot = snapshot_of(latest[0], self._key) if latest else None
         else:
             self.verify_recent()
-
-    def migrate(self, meta: LedgerMeta) -> bool:
-        """Replace the ledger's metadata, recording the change in its meta history.
-
-        Returns:
-            True if the metadata changed, False if it already was ``meta``.
-        """
-        if meta.name != self.name:
-            raise StorageError(f"this store holds ledger {self.name!r}, not {meta.name!r}")
-        self.verify()
-        meta = self._keyed(meta)
-        meta_json = meta.model_dump_json()
-        s = self._s
-
-        def change(cur: Any) -> bool:
-            cur.execute(
-                f"SELECT meta, head FROM {s}.ledgers WHERE name = %s FOR UPDATE", (self.name,)
-            )
-            row = cur.fetchone()
-            if row is None:
-                raise StorageError(f"there is no ledger named {self.name!r} to migrate")
-            self._locked_tip(cur, lock=True)  # the settings and tip as this store saw them
-            self._run_guard(cur)
-            if parse_meta(row[0]) == meta:
-                return False
-            cur.execute(
-                f"SELECT version, hash FROM {s}.meta_history WHERE ledger = %s "
-                "ORDER BY version DESC LIMIT 1",
-                (self.name,),
-            )
-            version, prev = cur.fetchone()
-            self._insert_meta(cur, int(version) + 1, prev, int(row[1]), meta_json)
-            cur.execute(f"UPDATE {s}.ledgers SET meta = %s WHERE name = %s", (meta_json, self.name))
-            return True
-
-        changed = self._write(change)
-        if self._meta_text is not None:
-            self._meta_text = meta_json  # this store made the change: it writes under it
-        return changed
-
-    def meta_history(self) -> list[tuple[int, datetime, int, LedgerMeta]]:
-        """Every metadata the ledger had: (version, when, head at that time, meta)."""
-        rows = self._read(
-            lambda cur: cur.execute(
-                f"SELECT version, at, head, meta FROM {self._s}.meta_history "
-                "WHERE ledger = %s ORDER BY version",
-                (self.name,),
-            ).fetchall()
-        )
-        return [
-            (int(v), datetime.fromisoformat(at), int(h), parse_meta(m)) for v, at, h, m in rows
-        ]
 
     def _setup(self, conn: Any) -> None:
         # Every statement is idempotent; a schema made by an earlier dpaccount gets what
@@ -576,14 +464,6 @@ class PostgresStore(PostgresAppends, PostgresRoles):
             ) from exc
         finally:
             conn.execute("SELECT pg_advisory_unlock(7346287161)")
-
-    def _insert_meta(self, cur: Any, version: int, prev: str, head: int, meta_json: str) -> None:
-        at = datetime.now(UTC).isoformat()
-        cur.execute(
-            f"INSERT INTO {self._s}.meta_history VALUES (%s, %s, %s, %s, %s, %s, %s)",
-            (self.name, version, at, head, meta_json, prev,
-             meta_hash(prev, version, at, head, meta_json, self._key)),
-        )
 
     @property
     def meta_text(self) -> str | None:
