@@ -10,13 +10,18 @@ import pytest
 from hypothesis import HealthCheck, settings
 from storage_helpers import PG_URL, pg_schema
 
+# Neither profile times anything (issue 28: the suite passes on a loaded machine): no
+# deadline per example, and no "too slow" health check, which fails a test whose inputs
+# take long to generate, as they do on a busy machine (the README's command runs "dev").
 settings.register_profile(
     "ci",
     max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.register_profile("dev", max_examples=60, deadline=None)
+settings.register_profile(
+    "dev", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from liveness import LIVENESS_SECONDS
 
 PG_URL = os.environ.get("DPACCOUNT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("DPACCOUNT_REQUIRE_POSTGRES") == "1"
@@ -70,14 +73,37 @@ def pg_url(schema: str) -> str:
 def race(target: Callable[..., None], worker_args: list[tuple[Any, ...]]) -> list[Any]:
     """Fork one process per argument tuple, each running ``target(*args, start, out)``;
     release them all at once (``start``) and return what each put on ``out`` (one item
-    each, in arrival order) once all have ended."""
+    each, in arrival order) once all have ended.
+
+    It waits for the results as long as the workers live (up to the generous
+    `liveness.LIVENESS_SECONDS`, so a loaded machine only makes it slower), and fails at
+    once when every worker has ended and a result is missing (one died without putting
+    it). A worker still running when it gives up is killed."""
     ctx = multiprocessing.get_context("fork")
     start, out = ctx.Event(), ctx.Queue()
     workers = [ctx.Process(target=target, args=(*args, start, out)) for args in worker_args]
-    for worker in workers:
-        worker.start()
-    start.set()
-    results = [out.get(timeout=300) for _ in workers]
-    for worker in workers:
-        worker.join(timeout=60)
+    results: list[Any] = []
+    try:
+        for worker in workers:
+            worker.start()
+        start.set()
+        deadline = time.monotonic() + LIVENESS_SECONDS
+        while len(results) < len(workers):
+            ended = not any(worker.is_alive() for worker in workers)
+            try:  # after all ended, what they put is in the pipe: take it or fail
+                results.append(out.get(timeout=5 if ended else 0.5))
+            except queue.Empty:
+                if ended:
+                    codes = [worker.exitcode for worker in workers]
+                    pytest.fail(f"{len(workers) - len(results)} racing worker(s) ended "
+                                f"without a result (exit codes {codes})")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"waited {LIVENESS_SECONDS:g} s for the racing workers")
+        for worker in workers:  # each has put its result: it is ending by itself
+            worker.join(LIVENESS_SECONDS)
+    finally:
+        for worker in workers:
+            if worker.pid is not None and worker.exitcode is None:
+                worker.kill()
+                worker.join()
     return results

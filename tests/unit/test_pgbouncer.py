@@ -14,12 +14,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from liveness import LIVENESS_SECONDS, wait_for
 from storage_helpers import PG_URL, need_postgres
 
 from dpaccount import Budget, PrivacyCost, open_ledger
@@ -41,6 +41,11 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture
@@ -73,14 +78,10 @@ def bouncer() -> Iterator[Callable[[str, int], str]]:
         command = [binary, "-d"]
         if os.geteuid() == 0:  # PgBouncer does not run as root
             command += ["-u", "postgres"]
-        subprocess.run([*command, str(base.with_suffix(".ini"))], check=True, timeout=10)
+        subprocess.run([*command, str(base.with_suffix(".ini"))], check=True,
+                       timeout=LIVENESS_SECONDS)
         started.append(base.with_suffix(".pid"))
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
+        wait_for(lambda: _listening(port), f"PgBouncer to listen on port {port}")
         return f"postgresql://{user}@127.0.0.1:{port}/test"
 
     yield start

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from liveness import LIVENESS_SECONDS
 
 from dpaccount import Budget, PrivacyCost
 from dpaccount.errors import ConfigError, StorageError
@@ -31,8 +32,10 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning"),
 ]
 
-# Generous: a deadline that a working gate meets by orders of magnitude.
-SOON = 30.0
+# Generous: a deadline that a working gate meets by orders of magnitude, on a busy
+# machine too (liveness.LIVENESS_SECONDS). The short deadlines below (0.05 s) are only
+# given to a gate that is held throughout, so they expire whatever the load.
+SOON = LIVENESS_SECONDS
 
 
 def _deadline(seconds: float) -> float:
@@ -90,15 +93,31 @@ def test_one_holder_at_a_time_reentrant_and_bounded(
     b.leave()
 
 
+class _Watched:
+    """A gate's poller that tells when its gate has started waiting."""
+
+    def __init__(self, poller: Any) -> None:
+        self.poller = poller
+        self.waiting = threading.Event()
+
+    def poll(self, milliseconds: float) -> Any:
+        self.waiting.set()
+        return self.poller.poll(milliseconds)
+
+
 def test_a_waiter_is_woken_when_the_holder_leaves(
     gates: tuple[WriterGate, WriterGate],
 ) -> None:
     a, b = gates
     assert a.enter(_deadline(SOON))
+    watched = _Watched(b._poll)  # type: ignore[attr-defined]
+    b._poll = watched  # type: ignore[attr-defined]
     got: list[bool] = []
     waiter = threading.Thread(target=lambda: got.append(b.enter(_deadline(SOON))))
     waiter.start()
-    time.sleep(0.05)
+    # Waited for explicitly (a fixed sleep let a slow thread start after the holder left,
+    # and the test pass without a waiter): b found the gate taken and waits on the FIFO.
+    assert watched.waiting.wait(SOON)
     assert got == []  # waiting while a holds the gate
     a.leave()
     waiter.join(SOON)
@@ -110,7 +129,8 @@ def _hold_gate(path: str, ready: Any) -> None:
     gate = WriterGate.beside(path)
     assert gate is not None and gate.enter(_deadline(SOON))
     ready.set()
-    time.sleep(120)
+    while True:  # holds the gate until killed (a fixed sleep could end first)
+        time.sleep(3600)
 
 
 def test_a_holder_that_dies_frees_the_gate(tmp_path: Path) -> None:
@@ -119,13 +139,16 @@ def test_a_holder_that_dies_frees_the_gate(tmp_path: Path) -> None:
     ready = ctx.Event()
     holder = ctx.Process(target=_hold_gate, args=(path, ready))
     holder.start()
-    assert ready.wait(SOON)
-    mine = WriterGate.beside(path)
-    assert mine is not None
-    assert not mine.enter(_deadline(0.05))
-    assert holder.pid is not None
-    os.kill(holder.pid, signal.SIGKILL)
-    holder.join(SOON)
+    try:
+        assert ready.wait(SOON)
+        mine = WriterGate.beside(path)
+        assert mine is not None
+        assert not mine.enter(_deadline(0.05))
+    finally:
+        assert holder.pid is not None
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.join()
+    assert holder.exitcode == -signal.SIGKILL
     assert mine.enter(_deadline(SOON))  # the kernel dropped the dead holder's lock
     mine.leave()
     mine.close()
