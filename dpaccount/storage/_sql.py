@@ -29,7 +29,6 @@ from datetime import datetime
 from fractions import Fraction
 
 import attrs
-import pydantic
 
 from dpaccount._numeric import int_text, text_int
 from dpaccount.costs import PrivacyCost
@@ -249,7 +248,7 @@ def parse_meta(text: str) -> LedgerMeta:
     """Validate stored metadata; anything malformed is corruption."""
     try:
         return LedgerMeta.model_validate_json(text)
-    except pydantic.ValidationError as exc:
+    except ValueError as exc:  # pydantic's ValidationError (imported with the models)
         raise LedgerCorruptError(f"the stored ledger metadata is invalid: {exc}") from exc
 
 
