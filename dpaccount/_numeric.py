@@ -111,7 +111,14 @@ def bounded_up(value: Fraction) -> Fraction:
     denominator = value.denominator
     if denominator.bit_length() <= SUM_BITS:
         return value
-    grid = -((-value.numerator << SUM_BITS) // denominator)  # ceil(value * 2**SUM_BITS)
+    # ceil(value * 2**SUM_BITS), dividing by the odd part of the denominator only (a sum
+    # on the grid plus a fresh term has a small odd part: a short division)
+    twos = (denominator & -denominator).bit_length() - 1
+    odd = denominator >> twos
+    if twos <= SUM_BITS:
+        grid = -((-value.numerator << (SUM_BITS - twos)) // odd)
+    else:
+        grid = -((-value.numerator) // (odd << (twos - SUM_BITS)))
     if grid == 0:
         return ZERO
     # reduced without a gcd: the denominator is a power of two
@@ -445,6 +452,20 @@ def sqrt_up(x: Fraction | float) -> float:
 _NDTR_SLACK = 1e-12
 
 
+def _ratio_up(numerator: int, denominator: int) -> float:
+    """The smallest float >= numerator / denominator (denominator > 0): `float_up` of that
+    Fraction, without building it (int division is correctly rounded).
+
+    Raises:
+        OverflowError: The ratio is beyond the floats (as ``float(Fraction)`` raises).
+    """
+    result = numerator / denominator
+    top, bottom = result.as_integer_ratio()
+    if top * denominator < numerator * bottom:
+        result = math.nextafter(result, math.inf)
+    return result
+
+
 def gaussian_delta_up(epsilon: Fraction, mu: Fraction) -> Fraction:
     """An upper bound on the exact delta(epsilon) of the Gaussian mechanism.
 
@@ -464,10 +485,16 @@ def gaussian_delta_up(epsilon: Fraction, mu: Fraction) -> Fraction:
         >>> 0.1269 < float(gaussian_delta_up(Fraction(1), Fraction(1))) < 0.1270
         True
     """
-    a = float_up(mu / 2 - epsilon / mu)
-    b = float_down(-mu / 2 - epsilon / mu)
+    # With mu = P/Q and epsilon = R/S: mu/2 -+ epsilon/mu = (P^2 S -+ 2 R Q^2) / (2 P Q S),
+    # rounded to floats exactly as `float_up` / `float_down` round those Fractions, in
+    # integers (no gcd): a charge of a fresh sigma costs this on the charging path.
+    p, q = mu.numerator, mu.denominator
+    r, s = epsilon.numerator, epsilon.denominator
+    square, cross, scale = p * p * s, 2 * r * q * q, 2 * p * q * s
+    a = _ratio_up(square - cross, scale)
+    b = -_ratio_up(square + cross, scale)
     first = float(special.ndtr(a)) * (1 + _NDTR_SLACK)
-    second = math.exp(float_down(epsilon) + float(special.log_ndtr(b))) * (1 - _NDTR_SLACK)
+    second = math.exp(-_ratio_up(-r, s) + float(special.log_ndtr(b))) * (1 - _NDTR_SLACK)
     value = first - second
     if value <= 0:
         # The difference is positive in exact arithmetic; a non-positive float means it
