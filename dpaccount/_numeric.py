@@ -42,6 +42,7 @@ __all__ = [
     "float_down",
     "float_up",
     "gaussian_delta_up",
+    "grid_common",
     "laplace_epsilon_up",
     "log1p_expm1_scaled_up",
     "log_up",
@@ -145,13 +146,23 @@ def fits_grid(denominators: Iterable[int]) -> bool:
         >>> fits_grid([2**1074, 10**300, 3]), fits_grid([2**4096, 3])
         (True, False)
     """
-    common = 1
+    return grid_common(1, denominators) != 0
+
+
+def grid_common(common: int, denominators: Iterable[int]) -> int:
+    """The least common multiple of ``common`` and ``denominators`` if it fits in
+    `SUM_BITS` bits, else 0 (stopping at the first denominator that makes it pass).
+
+    Examples:
+        >>> grid_common(4, [6, 10]), grid_common(1, [2**4096])
+        (60, 0)
+    """
     for denominator in denominators:
         if common % denominator:
             common = math.lcm(common, denominator)
             if common.bit_length() > SUM_BITS:
-                return False
-    return True
+                return 0
+    return common
 
 
 def int_text(value: int) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterable
 from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
-from dpaccount._numeric import fits_grid
+from dpaccount._numeric import fits_grid, grid_common
 from dpaccount.charges import Atom, Charge, atoms
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import ConfigError, UnsupportedChargeError
@@ -212,12 +212,41 @@ class Rule(abc.ABC, Generic[State]):
             for charge in charges:
                 state = self.extend(state, charge)
             return state
-        items = charges if isinstance(charges, list) else list(charges)
-        groups = count_distinct(items)
-        if self.bounded and not self.stays_exact(state, [c for c, _ in groups]):
-            for charge in items:
+        if self.bounded:
+            return self._extend_bounded(state, charges)
+        for charge, times in count_distinct(charges):
+            for atom, count in atoms(charge):
+                state = self.add(state, atom, count * times)
+        return state
+
+    def _extend_bounded(self, state: State, charges: Iterable[Charge]) -> State:
+        """`extend_all` of a `bounded` rule, streaming: equal charges are counted together
+        while every sum so far stays exact (the least common multiple of the sums' and
+        the distinct terms' denominators fits the grid: then grouping and the order give
+        the same exact sums); from the first charge that could make a sum round, the
+        groups counted so far are folded and the rest folds in order, one by one, as
+        the live ledger folded it."""
+        common = grid_common(1, (v.denominator for v in self.bounded_sums(state)))
+        counts: dict[int, list[Any]] = {}  # id -> [charge, count]; keeps each alive
+        rest = iter(charges)
+        for charge in rest:
+            entry = counts.get(id(charge))
+            if entry is not None:
+                entry[1] += 1
+                continue
+            if common:
+                common = grid_common(common, (
+                    v.denominator for atom, _ in atoms(charge) for v in self.bounded_terms(atom)))
+            if not common:  # this charge could make a sum round: in order from here
+                state = self._fold_groups(state, counts.values())
                 state = self.extend(state, charge)
-            return state
+                for later in rest:
+                    state = self.extend(state, later)
+                return state
+            counts[id(charge)] = [charge, 1]
+        return self._fold_groups(state, counts.values())
+
+    def _fold_groups(self, state: State, groups: Iterable[list[Any]]) -> State:
         for charge, times in groups:
             for atom, count in atoms(charge):
                 state = self.add(state, atom, count * times)

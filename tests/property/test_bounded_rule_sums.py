@@ -168,6 +168,10 @@ def test_a_replay_gives_the_live_state(epsilons: list[Fraction], picks: st.DataO
     for rule in (BasicRule(), FilterRule(delta_slack="1e-6")):
         live = _fold(rule, order)
         assert rule.extend_all(rule.start(), order) == live
+        assert rule.extend_all(rule.start(), iter(order)) == live  # streamed, not a list
+        small = [PrivacyCost(Fraction(1, 3)), PrivacyCost("0.1")]  # exact, grouped first
+        mixed = small * 5 + order + small * 3
+        assert rule.extend_all(rule.start(), (c for c in mixed)) == _fold(rule, mixed)
         half = len(order) // 2
         assert rule.extend_all(rule.extend_all(rule.start(), order[:half]),
                                order[half:]) == live
