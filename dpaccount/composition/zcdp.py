@@ -55,6 +55,7 @@ import numpy as np
 
 from dpaccount._numeric import (
     ZERO,
+    bounded_up,
     check_delta,
     check_epsilon,
     check_float_delta,
@@ -223,7 +224,9 @@ def rho_of(charge: Any) -> Fraction:
 
 @attrs.frozen
 class ZCDPState:
-    """The exact running sum of the charges' rho."""
+    """The running sum of the charges' rho: exact, or rounded up to the dyadic grid of
+    `dpaccount._numeric.bounded_up` once an exact one would outgrow it (a fresh float
+    sigma each charge); a larger sum only stops the filter sooner."""
 
     rho: Fraction
 
@@ -260,7 +263,8 @@ class ZCDPRule(Rule[ZCDPState]):
     adaptivity = Adaptivity.FULLY_ADAPTIVE
     spent_meaning = SpentMeaning.FILTER
     theorem = THEOREM_ZCDP
-    order_free = True  # an exact sum of rho
+    order_free = True  # a sum of rho
+    bounded = True  # rounded up to the dyadic grid once it would outgrow it (bounded_up)
     takes_rho = True
 
     def __init__(self, target_delta: Any = None, *, budget: Budget | None = None) -> None:
@@ -291,8 +295,14 @@ class ZCDPRule(Rule[ZCDPState]):
     def add(self, state: ZCDPState, atom: Atom, count: int) -> ZCDPState:
         rho = self._rho.get(atom, lambda: charge_rho(atom))
         if count == 1:
-            return ZCDPState(state.rho + rho)
-        return ZCDPState(state.rho + rho * count)
+            return ZCDPState(bounded_up(state.rho + rho))
+        return ZCDPState(bounded_up(state.rho + rho * count))
+
+    def bounded_sums(self, state: ZCDPState) -> tuple[Fraction, ...]:
+        return (state.rho,)
+
+    def bounded_terms(self, atom: Atom) -> tuple[Fraction, ...]:
+        return (self._rho.get(atom, lambda: charge_rho(atom)),)
 
     def terms(self, delta: Fraction) -> np.ndarray[Any, np.dtype[np.float64]]:
         """The grid's constant terms at ``delta`` (cached)."""

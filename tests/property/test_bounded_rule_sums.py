@@ -23,6 +23,7 @@ from dpaccount.charges import Repeated, cost_of
 from dpaccount.composition.basic import BasicRule, BasicState
 from dpaccount.composition.filters import FilterRule, FilterState
 from dpaccount.composition.states import decode_state, encode_state
+from dpaccount.composition.zcdp import ZCDPRule
 from dpaccount.errors import BudgetExceededError
 
 STEP = Fraction(1, 2**SUM_BITS)
@@ -96,6 +97,10 @@ def test_gdp_sum_bounds_the_exact_sum(sigmas: list[float]) -> None:
     assert state.mu_squared.denominator.bit_length() <= SUM_BITS + 1
     if exact.denominator.bit_length() > SUM_BITS:
         assert state.mu_squared > exact
+    # zCDP: rho = 1 / (2 sigma^2) for sensitivity 1 (Bun and Steinke 2016, Prop. 1.6)
+    zcdp = _fold(ZCDPRule(target_delta="1e-6"), charges)
+    assert exact / 2 <= zcdp.rho <= exact / 2 + len(sigmas) * STEP
+    assert zcdp.rho.denominator.bit_length() <= SUM_BITS + 1
 
 
 #: The finest decimal grid a budget takes (a budget's numbers have at most 4096 bits):
@@ -177,10 +182,11 @@ def test_a_replay_gives_the_live_state(epsilons: list[Fraction], picks: st.DataO
                                order[half:]) == live
         text = encode_state(live)
         assert text is not None and decode_state(text) == live
-    gdp = GDPFilterRule(target_delta="1e-6")
     gauss = [GaussianCharge(1 + float(e * 10**5), 1, 1) for e in epsilons]
     chosen = picks.draw(st.lists(st.sampled_from(gauss), min_size=1, max_size=120))
-    assert gdp.extend_all(gdp.start(), chosen) == _fold(gdp, chosen)
+    for sigma_rule in (GDPFilterRule(target_delta="1e-6"), ZCDPRule(target_delta="1e-6")):
+        assert sigma_rule.extend_all(sigma_rule.start(), iter(chosen)) == _fold(sigma_rule,
+                                                                               chosen)
 
 
 @settings(max_examples=30, deadline=None)
