@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from fractions import Fraction
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -62,13 +63,24 @@ _MODELS: Final = frozenset({
 })
 
 
+#: `dpaccount.records.models` once imported (an import statement on every decode would
+#: cost more than a global lookup).
+_LOADED: list[ModuleType] = []
+
+
+def _models() -> ModuleType:
+    if not _LOADED:
+        from dpaccount.records import models
+
+        _LOADED.append(models)
+    return _LOADED[0]
+
+
 def __getattr__(name: str) -> Any:
     # PEP 562: the pydantic models load on first use (``from dpaccount.records import
     # RecordModel`` keeps working)
     if name in _MODELS:
-        from dpaccount.records import models
-
-        return getattr(models, name)
+        return getattr(_models(), name)
     raise AttributeError(f"module 'dpaccount.records' has no attribute {name!r}")
 
 
@@ -165,9 +177,7 @@ class LedgerMeta:
 
     def model_dump_json(self) -> str:
         """The stored JSON (compact; the absent key, parent and rho left out)."""
-        from dpaccount.records.models import meta_json
-
-        return meta_json(self)
+        return str(_models().meta_json(self))
 
     def model_dump(self, mode: str = "json") -> dict[str, Any]:
         """The stored JSON as Python values (only ``mode="json"``).
@@ -177,9 +187,8 @@ class LedgerMeta:
         """
         if mode != "json":
             raise ValueError("LedgerMeta dumps only in mode='json'")
-        from dpaccount.records.models import meta_dump
-
-        return meta_dump(self)
+        data: dict[str, Any] = _models().meta_dump(self)
+        return data
 
     @classmethod
     def model_validate_json(cls, text: str | bytes) -> LedgerMeta:
@@ -188,9 +197,7 @@ class LedgerMeta:
         Raises:
             ValueError: (pydantic's ``ValidationError``) The text is not valid metadata.
         """
-        from dpaccount.records.models import meta_fields
-
-        return cls(**meta_fields(text))
+        return cls(**_models().meta_fields(text))
 
 
 def encode_charge(charge: Charge) -> ChargeModel:
@@ -200,9 +207,8 @@ def encode_charge(charge: Charge) -> ChargeModel:
         InvalidCostError: Not a charge, or (changed past its constructors) nested deeper
             than `dpaccount.charges.MAX_NESTING` levels.
     """
-    from dpaccount.records import models
-
-    return models.encode_charge(charge)
+    model: ChargeModel = _models().encode_charge(charge)
+    return model
 
 
 def decode_charge(model: ChargeModel) -> Charge:
@@ -211,23 +217,20 @@ def decode_charge(model: ChargeModel) -> Charge:
     Raises:
         InvalidCostError: An invalid value, or a tree nested too deep.
     """
-    from dpaccount.records import models
-
-    return models.decode_charge(model)
+    charge: Charge = _models().decode_charge(model)
+    return charge
 
 
 def encode_record(record: LedgerRecord) -> RecordModel:
     """The serialised form of a record."""
-    from dpaccount.records import models
-
-    return models.encode_record(record)
+    model: RecordModel = _models().encode_record(record)
+    return model
 
 
 def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRecord:
     """Validate and rebuild a record; any defect raises `LedgerCorruptError`."""
-    from dpaccount.records import models
-
-    return models.decode_record(data)
+    record: LedgerRecord = _models().decode_record(data)
+    return record
 
 
 def canonical_bytes(record: LedgerRecord) -> bytes:
