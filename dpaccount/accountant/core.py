@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -10,12 +11,18 @@ import attrs
 from dpaccount._numeric import check_count
 from dpaccount.accountant.joint import charge_jointly
 from dpaccount.accountant.ledger import Ledger
+from dpaccount.accountant.logs import log_admitted, log_duplicate, log_refused
 from dpaccount.accountant.settings import check_text, revalidate
 from dpaccount.charges import Charge, Relation, Repeated, cost_of
 from dpaccount.composition import Rule, max_queries
 from dpaccount.composition.base import SpentMeaning
 from dpaccount.costs import Budget, PrivacyCost
-from dpaccount.errors import ConfigError, InvalidCostError
+from dpaccount.errors import (
+    BudgetExceededError,
+    ConfigError,
+    DuplicateQueryError,
+    InvalidCostError,
+)
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerRecord
 from dpaccount.storage.base import Store
@@ -23,6 +30,7 @@ from dpaccount.storage.base import Store
 __all__ = ["Accountant", "ChargePreview"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_log = logging.getLogger(__name__)
 
 #: The largest count max_queries searches when the rule alone sets no limit.
 _MAX_QUERIES_SEARCH = 10**12
@@ -271,7 +279,19 @@ class Accountant(Ledger):
         revalidate(cost)
         check_text(label, "label")
         check_text(query_id, "query_id")
-        return self.append(charge, cost, label, query_id)
+        try:
+            if not _log.isEnabledFor(logging.INFO):  # nobody listens: nothing is built
+                return self.append(charge, cost, label, query_id)
+            with self._lock:  # the record states this ledger's totals with this charge
+                record = self.append(charge, cost, label, query_id)
+                log_admitted(_log, (self,), (record,))
+            return record
+        except BudgetExceededError as error:
+            log_refused(_log, (self,), error, label, query_id, charge)
+            raise
+        except DuplicateQueryError as error:
+            log_duplicate(_log, (self,), error, label)
+            raise
 
     # -- wrapping user code ---------------------------------------------------------
 
