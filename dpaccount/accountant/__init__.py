@@ -22,7 +22,7 @@ Examples:
     Traceback (most recent call last):
     ...
     dpaccount.errors.BudgetExceededError: refused: this charge costs (ε=0.5, δ=0); ...
-    >>> acct.remaining()
+    >>> acct.remaining
     Budget(epsilon=0.25, delta=0)
 """
 

@@ -16,7 +16,7 @@ from dpaccount.accountant.settings import check_text, revalidate
 from dpaccount.charges import Charge, Relation, Repeated, cost_of
 from dpaccount.composition import Rule, max_queries
 from dpaccount.composition.base import SpentMeaning
-from dpaccount.costs import Budget, PrivacyCost
+from dpaccount.costs import Budget, PrivacyCost, RemainingBudget
 from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
@@ -158,15 +158,34 @@ class Accountant(Ledger):
             self.refresh()
             return self._store.read()
 
-    def remaining(self, k: int = 1) -> Budget:
+    @property
+    def remaining(self) -> RemainingBudget:
+        """What is left: the largest cost one more query may have now (a `Budget`, read
+        like `spent`; ``remaining_for(k)`` splits it over k queries).
+
+        Calling it, ``acct.remaining()`` or ``acct.remaining(k)``, is the method it used
+        to be: it still works, with a `DeprecationWarning`
+        (`dpaccount.costs.RemainingBudget`).
+
+        Examples:
+            >>> acct = Accountant((1, "1e-6"))
+            >>> acct.remaining
+            Budget(epsilon=1, delta=1e-06)
+        """
+        return RemainingBudget.of(self.remaining_for(1), self.remaining_for)
+
+    def remaining_for(self, k: int) -> Budget:
         """The largest per-query cost such that ``k`` more equal queries fit.
 
         For the basic rule this is exact: (budget - spent) / k in each coordinate. Other
         rules solve their own inverse and err toward privacy.
 
+        Raises:
+            InvalidCostError: ``k`` is not a positive integer.
+
         Examples:
             >>> acct = Accountant((1, "1e-6"))
-            >>> acct.remaining(4)
+            >>> acct.remaining_for(4)
             Budget(epsilon=0.25, delta=2.5e-07)
         """
         k = check_count(k, "k")
