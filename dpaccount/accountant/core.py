@@ -31,6 +31,8 @@ __all__ = ["Accountant", "ChargePreview"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _log = logging.getLogger(__name__)
+#: ``_log.isEnabledFor`` and INFO, looked up once (the charge path asks on every charge).
+_enabled, _INFO = _log.isEnabledFor, logging.INFO
 
 #: The largest count max_queries searches when the rule alone sets no limit.
 _MAX_QUERIES_SEARCH = 10**12
@@ -299,7 +301,7 @@ class Accountant(Ledger):
         check_text(label, "label")
         check_text(query_id, "query_id")
         try:
-            if not _log.isEnabledFor(logging.INFO):  # nobody listens: nothing is built
+            if not _enabled(_INFO):  # nobody listens at INFO: nothing is built
                 return self.append(charge, cost, label, query_id)
             with self._lock:  # the record states this ledger's totals with this charge
                 record = self.append(charge, cost, label, query_id)

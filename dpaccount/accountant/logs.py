@@ -28,15 +28,16 @@ charge path.
 
 from __future__ import annotations
 
+import decimal
 import logging
+import math
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from dpaccount._numeric import float_down, float_up
 from dpaccount.accountant.ledger import Ledger
 from dpaccount.composition.zcdp import ZCDPState, rho_of
-from dpaccount.costs import Budget, PrivacyCost, format_bound
+from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import BudgetExceededError, DPAccountError, DuplicateQueryError
 from dpaccount.records import LedgerRecord
 
@@ -72,20 +73,66 @@ FIELDS: dict[str, str] = {
 }
 
 
-def _shown(value: Fraction, upward: bool) -> str:
-    text, exact = format_bound(value, upward=upward)
-    return text if exact else f"{'≤' if upward else '≥'}{text}"
+#: Decimal arithmetic for the message's numbers (the C implementation: a few
+#: microseconds a charge where `format_bound` takes tens). Flags are never read, so the
+#: shared contexts are safe across threads.
+_EXACT_DIGITS, _SHOWN_DIGITS = 12, 6
+_CONTEXTS = {
+    (digits, upward): decimal.Context(prec=digits, traps=[],
+                                      rounding=decimal.ROUND_CEILING if upward
+                                      else decimal.ROUND_FLOOR)
+    for digits in (_EXACT_DIGITS, _SHOWN_DIGITS) for upward in (True, False)
+}
+
+
+def _up(value: Fraction) -> float:
+    """The smallest float >= ``value`` (`dpaccount._numeric.float_up`, in integers)."""
+    result = value.numerator / value.denominator  # correctly rounded
+    p, q = result.as_integer_ratio()
+    return result if p * value.denominator >= value.numerator * q else math.nextafter(
+        result, math.inf)
+
+
+def _down(value: Fraction) -> float:
+    """The largest float <= ``value``."""
+    result = value.numerator / value.denominator
+    p, q = result.as_integer_ratio()
+    return result if p * value.denominator <= value.numerator * q else math.nextafter(
+        result, -math.inf)
+
+
+def _text(number: decimal.Decimal) -> str:
+    """``0.75``, ``1e-07``: the style of ``repr(float)`` and `PrivacyCost.__str__`."""
+    number = number.normalize()
+    adjusted = number.adjusted()
+    if -4 <= adjusted < 16:
+        return format(number, "f")
+    mantissa = "".join(map(str, number.as_tuple().digits))
+    mantissa = mantissa[0] + ("." + mantissa[1:] if len(mantissa) > 1 else "")
+    return f"{mantissa}e{adjusted:+03d}"
+
+
+def _shown(symbol: str, value: Fraction | None, upward: bool) -> str:
+    """``ε=0.5`` when exact in 12 digits; otherwise 6 digits rounded up (a cost: ``ε≤``)
+    or down (what is left: ``ε≥``), as `PrivacyCost.__str__` shows them."""
+    if value is None:
+        return f"{symbol}=unlimited"
+    num, den = decimal.Decimal(value.numerator), decimal.Decimal(value.denominator)
+    exact = _CONTEXTS[_EXACT_DIGITS, upward].divide(num, den)
+    p, q = exact.as_integer_ratio()
+    if p * value.denominator == value.numerator * q:
+        return f"{symbol}={_text(exact)}"
+    shown = _CONTEXTS[_SHOWN_DIGITS, upward].divide(num, den)
+    return f"{symbol}{'≤' if upward else '≥'}{_text(shown)}"
+
+
+def _pair(epsilon: Fraction | None, delta: Fraction, upward: bool) -> str:
+    return f"({_shown('ε', epsilon, upward)}, {_shown('δ', delta, upward)})"
 
 
 def _left(budget: Budget, spent: PrivacyCost) -> tuple[Fraction | None, Fraction]:
     epsilon = None if budget.epsilon is None else max(budget.epsilon - spent.epsilon, Fraction(0))
     return epsilon, max(budget.delta - spent.delta, Fraction(0))
-
-
-def _remaining_text(budget: Budget, spent: PrivacyCost) -> str:
-    epsilon, delta = _left(budget, spent)
-    eps = "unlimited" if epsilon is None else _shown(epsilon, False)
-    return f"(ε={eps}, δ={_shown(delta, False)})"
 
 
 def _money(ledger: Ledger, state: Any, spent: PrivacyCost, cost: PrivacyCost,
@@ -95,30 +142,32 @@ def _money(ledger: Ledger, state: Any, spent: PrivacyCost, cost: PrivacyCost,
     left_epsilon, left_delta = _left(budget, spent)
     fields: dict[str, Any] = {
         "dp_rule": ledger.rule.name,
-        "dp_epsilon": float_up(cost.epsilon),
-        "dp_delta": float_up(cost.delta),
-        "dp_spent_epsilon": float_up(spent.epsilon),
-        "dp_spent_delta": float_up(spent.delta),
-        "dp_remaining_epsilon": None if left_epsilon is None else float_down(left_epsilon),
-        "dp_remaining_delta": float_down(left_delta),
-        "dp_budget_epsilon": None if budget.epsilon is None else float_down(budget.epsilon),
-        "dp_budget_delta": float_down(budget.delta),
+        "dp_epsilon": _up(cost.epsilon),
+        "dp_delta": _up(cost.delta),
+        "dp_spent_epsilon": _up(spent.epsilon),
+        "dp_spent_delta": _up(spent.delta),
+        "dp_remaining_epsilon": None if left_epsilon is None else _down(left_epsilon),
+        "dp_remaining_delta": _down(left_delta),
+        "dp_budget_epsilon": None if budget.epsilon is None else _down(budget.epsilon),
+        "dp_budget_delta": _down(budget.delta),
     }
-    text = f"cost {cost}; spent {spent}; remaining {_remaining_text(budget, spent)}"
+    text = (f"cost {_pair(cost.epsilon, cost.delta, True)}; spent "
+            f"{_pair(spent.epsilon, spent.delta, True)}; remaining "
+            f"{_pair(left_epsilon, left_delta, False)}")
     if isinstance(state, ZCDPState):
         limit = getattr(ledger.rule, "rho_limit", lambda _b: None)(budget)
         try:
             rho = rho_of(charge)
         except DPAccountError:  # pragma: no cover - a zcdp ledger decided it: it has a rho
             return fields, text
-        fields["dp_rho"] = float_up(rho)
-        fields["dp_spent_rho"] = float_up(state.rho)
-        text += f"; rho {_shown(rho, True)}, spent rho {_shown(state.rho, True)}"
+        fields["dp_rho"] = _up(rho)
+        fields["dp_spent_rho"] = _up(state.rho)
+        text += f"; {_shown('ρ', rho, True)}, spent {_shown('ρ', state.rho, True)}"
         if limit is not None:
             left = max(limit - state.rho, Fraction(0))
-            fields["dp_budget_rho"] = float_down(limit)
-            fields["dp_remaining_rho"] = float_down(left)
-            text += f", remaining rho {_shown(left, False)}"
+            fields["dp_budget_rho"] = _down(limit)
+            fields["dp_remaining_rho"] = _down(left)
+            text += f", remaining {_shown('ρ', left, False)}"
     return fields, text
 
 

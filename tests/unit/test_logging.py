@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dpaccount
 from dpaccount import (
@@ -30,6 +32,7 @@ from dpaccount import (
 )
 from dpaccount.accountant.logs import FIELDS
 from dpaccount.budgets import sub_budget
+from dpaccount.costs import format_bound
 
 #: The attributes every LogRecord has (ours must never clash with them).
 _PLAIN = set(vars(logging.LogRecord("n", logging.INFO, "p", 1, "m", None, None)))
@@ -167,7 +170,7 @@ def test_a_zcdp_ledger_states_rho(collected: _Collect) -> None:
     (r,) = _charges(collected, "charge_admitted")
     assert (r.dp_rho, r.dp_spent_rho, r.dp_budget_rho, r.dp_remaining_rho) == (
         0.125, 0.125, 0.5, 0.375)
-    assert "rho 0.125" in r.getMessage() and "remaining rho 0.375" in r.getMessage()
+    assert "ρ=0.125, spent ρ=0.125, remaining ρ=0.375" in r.getMessage()
 
 
 def test_nothing_is_built_when_info_is_off(caplog: pytest.LogCaptureFixture,
@@ -180,6 +183,20 @@ def test_nothing_is_built_when_info_is_off(caplog: pytest.LogCaptureFixture,
     monkeypatch.setattr(core, "log_admitted", boom)
     caplog.set_level(logging.WARNING, logger="dpaccount")
     Accountant(1).charge(PrivacyCost("0.5"))  # no INFO listener: no record, no fields
+
+
+@given(st.fractions(min_value=0, max_value=10**6), st.booleans())
+def test_the_message_numbers_are_those_the_library_prints(value: Fraction,
+                                                           upward: bool) -> None:
+    from dpaccount.accountant.logs import _down, _shown, _up
+
+    # the message's fast formatter against format_bound (PrivacyCost and Budget's str)
+    text, exact = format_bound(value, upward=upward)
+    assert _shown("ε", value, upward) == (
+        f"ε={text}" if exact else f"ε{'≤' if upward else '≥'}{text}")
+    # the fields' directed floats against Fraction comparisons
+    assert Fraction(_up(value)) >= value and Fraction(_down(value)) <= value
+    assert _up(value) in (_down(value), math.nextafter(_down(value), math.inf))
 
 
 # -- storage retries at DEBUG -----------------------------------------------------------------
