@@ -19,7 +19,7 @@ exception's type only, `log_query_failed`), and no connection string.
 a spent total up, what remains down; the message shows the exact values where they are
 short (as `PrivacyCost.__str__` does) and bounds otherwise. ``remaining`` is the budget
 minus the spent total in each coordinate (what ``dpaccount ledger show`` prints); the
-largest next query a rule other than ``basic`` admits is `Accountant.remaining_for`.
+largest next query a rule other than ``basic`` admits is `Accountant.remaining`.
 
 **Cost when nobody listens.** Every function first asks ``logger.isEnabledFor(level)``
 (cached by `logging`), so with no handler and the default level nothing is built on the
