@@ -13,7 +13,9 @@ the record as attributes prefixed ``dp_`` (`FIELDS`), for structured (JSON) hand
 are the ledger's own bookkeeping: names, labels and query ids the caller gave, and
 (epsilon, delta) values that are public by construction. Nothing un-noised is ever on a
 record: no query's answer, argument or exception text (a failed query is named by its
-exception's type only, `log_query_failed`), and no connection string.
+exception's type only, `log_query_failed`), and no connection string; the names, labels
+and query ids go through the one redaction (`dpaccount._redact.redact`) before they are
+put in a message or a field, as every message's text does.
 
 **Rounding.** The ``dp_*`` numbers are floats rounded toward more privacy loss: a cost and
 a spent total up, what remains down; the message shows the exact values where they are
@@ -29,12 +31,14 @@ charge path.
 from __future__ import annotations
 
 import decimal
+import functools
 import logging
 import math
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
+from dpaccount._redact import redact
 from dpaccount.accountant.ledger import Ledger
 from dpaccount.composition.zcdp import ZCDPState, rho_of
 from dpaccount.costs import Budget, PrivacyCost
@@ -171,6 +175,19 @@ def _money(ledger: Ledger, state: Any, spent: PrivacyCost, cost: PrivacyCost,
     return fields, text
 
 
+@functools.lru_cache(maxsize=1024)
+def _safe(text: str) -> str:
+    """``text`` the caller gave (a ledger name, label or query id) through the one
+    redaction of every message (`dpaccount._redact.redact`), so that one quoting a
+    connection string never carries its password into a log; cached, as a job's labels
+    repeat."""
+    return redact(text)
+
+
+def _safe_or_none(text: str | None) -> str | None:
+    return None if text is None else _safe(text)
+
+
 def _also(names: Sequence[str]) -> str:
     return "" if len(names) < 2 else f" (also charged to {', '.join(map(repr, names[1:]))})"
 
@@ -183,15 +200,15 @@ def log_admitted(logger: logging.Logger, ledgers: Sequence[Ledger],
     if not logger.isEnabledFor(logging.INFO):
         return
     ledger, record = ledgers[0], records[0]
-    names = [each.name for each in ledgers]
+    names = [_safe(each.name) for each in ledgers]
+    label, query_id = _safe_or_none(record.label), _safe_or_none(record.query_id)
     state = ledger.state
     fields, numbers = _money(ledger, state, ledger.rule.total(state), record.cost,
                              record.charge)
-    fields.update(dp_event="charge_admitted", dp_ledger=ledger.name, dp_ledgers=names,
-                  dp_label=record.label, dp_query_id=record.query_id, dp_seq=record.seq)
-    logger.info("ledger %r admitted a charge (seq %d, label %r, query_id %r)%s: "
-                "%s", ledger.name, record.seq, record.label, record.query_id,
-                _also(names), numbers, extra=fields)
+    fields.update(dp_event="charge_admitted", dp_ledger=names[0], dp_ledgers=names,
+                  dp_label=label, dp_query_id=query_id, dp_seq=record.seq)
+    logger.info("ledger %r admitted a charge (seq %d, label %r, query_id %r)%s: %s",
+                names[0], record.seq, label, query_id, _also(names), numbers, extra=fields)
 
 
 def log_refused(logger: logging.Logger, ledgers: Sequence[Ledger], error: BudgetExceededError,
@@ -200,12 +217,14 @@ def log_refused(logger: logging.Logger, ledgers: Sequence[Ledger], error: Budget
     the numbers are those of the ledger that refused (``error.ledger``, or the first)."""
     if not logger.isEnabledFor(logging.WARNING):
         return
-    names = [each.name for each in ledgers]
+    names = [_safe(each.name) for each in ledgers]
+    label, query_id = _safe_or_none(label), _safe_or_none(query_id)
     refusing = next((each for each in ledgers if each.name == error.ledger), ledgers[0])
+    refused_by = _safe(refusing.name)
     fields, numbers = _money(refusing, refusing.state, error.spent, error.requested, charge)
     fields.update(dp_event="charge_refused", dp_ledger=names[0], dp_ledgers=names,
-                  dp_refused_by=refusing.name, dp_label=label, dp_query_id=query_id)
-    by = "" if refusing is ledgers[0] else f" (ledger {refusing.name!r} said no)"
+                  dp_refused_by=refused_by, dp_label=label, dp_query_id=query_id)
+    by = "" if refusing is ledgers[0] else f" (ledger {refused_by!r} said no)"
     would_be = "a delta of 1 or more" if error.would_be is None else str(error.would_be)
     logger.warning("ledger %r refused a charge%s (label %r, query_id %r): %s; under the %r "
                    "rule the total would be %s, and the budget is %s; nothing was recorded "
@@ -219,14 +238,15 @@ def log_duplicate(logger: logging.Logger, ledgers: Sequence[Ledger],
     (nothing was charged, the query must not run again)."""
     if not logger.isEnabledFor(logging.WARNING):
         return
-    names = [each.name for each in ledgers]
+    names = [_safe(each.name) for each in ledgers]
+    label, query_id = _safe_or_none(label), _safe(error.query_id)
     seq = getattr(error.record, "seq", None)
-    logger.warning("ledger %r refused a charge: query_id %r is already recorded "
-                   "(record %s); nothing was charged and the query must not run again",
-                   names[0], error.query_id, seq,
+    logger.warning("ledger %r refused a charge: query_id %r is already recorded (record %s); "
+                   "nothing was charged and the query must not run again", names[0],
+                   query_id, seq,
                    extra={"dp_event": "duplicate_query", "dp_ledger": names[0],
-                          "dp_ledgers": names, "dp_label": label,
-                          "dp_query_id": error.query_id, "dp_seq": seq})
+                          "dp_ledgers": names, "dp_label": label, "dp_query_id": query_id,
+                          "dp_seq": seq})
 
 
 def log_query_failed(logger: logging.Logger, ledger: str, label: str | None,
@@ -236,8 +256,9 @@ def log_query_failed(logger: logging.Logger, ledger: str, label: str | None,
     if not logger.isEnabledFor(logging.WARNING):
         return
     kind = type(error).__qualname__
-    logger.warning("the query (label %r, query_id %r) charged to ledger %r raised "
-                   "%s after its charge was recorded; the charge is kept (no refunds)",
-                   label, query_id, ledger, kind,
+    ledger, label, query_id = _safe(ledger), _safe_or_none(label), _safe_or_none(query_id)
+    logger.warning("the query (label %r, query_id %r) charged to ledger %r raised %s after "
+                   "its charge was recorded; the charge is kept (no refunds)", label,
+                   query_id, ledger, kind,
                    extra={"dp_event": "query_failed", "dp_ledger": ledger, "dp_label": label,
                           "dp_query_id": query_id, "dp_error": kind})

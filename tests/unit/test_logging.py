@@ -292,6 +292,19 @@ def test_no_unnoised_value_or_credential_in_any_record(tmp_path: Path,
                 assert secret not in text, (secret, record.name, text)
 
 
+def test_text_the_caller_gave_goes_through_the_one_redaction(collected: _Collect) -> None:
+    acct = Accountant(1, name="jobs")
+    leaky = f"copy of postgresql://etl:{PASSWORD}@db.internal/warehouse"
+    acct.charge(PrivacyCost("0.5"), label=leaky, query_id=f"password={PASSWORD}")
+    with pytest.raises(BudgetExceededError):
+        acct.charge(PrivacyCost(1), label=leaky)
+    records = _charges(collected)
+    assert [r.dp_event for r in records] == ["charge_admitted", "charge_refused"]
+    assert records[0].dp_label == "copy of postgresql://etl:***@db.internal/warehouse"
+    for record, line in zip(collected.records, collected.lines, strict=True):
+        assert all(PASSWORD not in text for text in _every_text(record, line))
+
+
 def test_no_credential_in_any_record(collected: _Collect) -> None:
     from tests.storage_helpers import drop_schema, need_postgres, new_schema
 
