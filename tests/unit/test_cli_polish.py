@@ -91,7 +91,8 @@ def test_open_ledger_suggests_a_misspelt_name(url: str) -> None:
     assert "did you mean" not in str(far.value)
 
 
-def test_suggestions_come_only_from_ledgers_the_role_may_read() -> None:
+def test_suggestions_come_only_from_ledgers_the_role_may_read(
+        capsys: pytest.CaptureFixture[str]) -> None:
     import psycopg
 
     for schema in pg_schema():
@@ -104,6 +105,11 @@ def test_suggestions_come_only_from_ledgers_the_role_may_read() -> None:
         try:
             assert cli("grant", owner, "--name", "census-2025", "--role", role,
                        "--as", "auditor")[0] == 0
+            status, _ = cli("grant", owner, "--name", "census-2026", "--role", role,
+                            "--as", "auditor")
+            assert status == 2  # grant: the owner's view, both names
+            assert "did you mean 'census-2025' or 'census'? (check --name)" in (
+                capsys.readouterr().err)
             as_role = owner.replace("//postgres@", f"//{role}@", 1)
             with pytest.raises(ConfigError) as caught:
                 open_ledger(as_role, name="census", read_only=True)
