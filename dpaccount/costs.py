@@ -396,6 +396,8 @@ def as_budget(value: Any) -> Budget:
     Raises:
         InvalidCostError: Not a valid budget.
     """
+    if isinstance(value, RemainingBudget):  # a plain value, without the accountant's link
+        return Budget(*_budget_args(value), rho=value.rho)
     if isinstance(value, Budget):
         return value
     if isinstance(value, PrivacyCost):

@@ -38,6 +38,14 @@ def test_calling_it_still_works_with_a_deprecation_warning() -> None:
         acct.remaining(0)
 
 
+def test_a_remaining_value_given_as_a_budget_becomes_a_plain_budget() -> None:
+    left = Accountant((1, "1e-6")).remaining
+    other = Accountant(left)
+    assert type(other.budget) is Budget and other.budget == Budget(1, "1e-6")
+    unlimited = Accountant(Accountant(Budget.unlimited()).remaining)
+    assert type(unlimited.budget) is Budget and unlimited.budget.is_unlimited
+
+
 def test_unlimited_and_rho_budgets_stay_what_they_are() -> None:
     assert Accountant(Budget.unlimited()).remaining.epsilon is None
     zc = Accountant(Budget(rho="0.5", delta="1e-6"), rule="zcdp")
