@@ -378,7 +378,7 @@ class DurableContract(StoreContract):
                         relation="substitution")
         bigger = open_ledger(self.url(), name="main", budget=Budget(2, "1e-6"), migrate=True)
         assert bigger.spent == PrivacyCost("1/2")
-        assert bigger.remaining().epsilon == Fraction(3, 2)
+        assert bigger.remaining.epsilon == Fraction(3, 2)
         history = bigger.store.meta_history()  # type: ignore[attr-defined]
         assert [(v, h, m.budget.epsilon) for v, _, h, m in history] == [
             (0, 0, Fraction(1)), (1, 1, Fraction(2))]
