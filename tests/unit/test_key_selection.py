@@ -115,7 +115,7 @@ def test_optimal_needs_fewer_people_per_key_than_the_threshold() -> None:
         assert opt.people_for_half < old.people_for_half
         assert opt.people_for_95 < old.people_for_95
         savings.append(1 - opt.people_for_half / old.people_for_half)
-    assert 0.05 <= min(savings) and max(savings) <= 0.25  # 6.7 % to 17 % on this grid
+    assert min(savings) >= 0.05 and max(savings) <= 0.25  # 6.7 % to 17 % on this grid
 
 
 def test_threshold_preview_is_its_threshold_and_its_tail() -> None:
