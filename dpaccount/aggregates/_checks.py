@@ -124,9 +124,10 @@ def check_container(data: Any) -> None:
     ):
         raise InvalidCostError(
             "data", kind,
-            "is a lazy frame (a plan of work, not data). For a Dask or Spark DataFrame, "
-            "aggregates.groupby(frame, None) (or by a key column) computes the statistic "
-            "where the data lives; otherwise materialise the column first (.collect())",
+            "is a lazy frame (a plan of work, not data). count, sum and mean take a Dask "
+            "Series or a one-column Spark DataFrame; for the other statistics "
+            "aggregates.groupby(frame, None) (or by a key column) computes them where the "
+            "data lives; otherwise materialise the column first (.collect())",
         )
 
 
