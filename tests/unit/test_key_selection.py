@@ -84,7 +84,7 @@ def test_optimal_probabilities_are_exactly_dp_for_any_parameters(
 def test_optimal_probabilities_match_the_papers_recursion_and_closed_form(
     eps: Fraction, delta: Fraction
 ) -> None:
-    """The unrounded recursion of Desfontaines et al. 2022 (Thm 1) at 60 digits: ours
+    """The unrounded recursion of Desfontaines et al. 2022 at 60 digits: ours
     is below it (rounding down) by a negligible amount; while the first term is the
     minimum, pi_n = delta (e^{n eps} - 1) / (e^eps - 1) (summing the geometric series)."""
     mpmath.mp.dps = 60
