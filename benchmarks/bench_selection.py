@@ -92,12 +92,13 @@ def timings(repeats: int) -> None:
         eps, delta = Fraction(e), Fraction(d)
         res: dict[str, list[float]] = {"opt": [], "thr": [], "pydp": []}
         for _ in range(repeats):  # alternate the three, one call each per round
-            res["opt"].append(cpu(lambda: OptimalSelection.calibrate(eps, delta), 1))
-            res["thr"].append(cpu(lambda: ThresholdSelection.calibrate(eps, delta), 1))
+            res["opt"].append(cpu(lambda e=eps, d=delta: OptimalSelection.calibrate(e, d), 1))
+            res["thr"].append(cpu(lambda e=eps, d=delta: ThresholdSelection.calibrate(e, d), 1))
             if partition_selection is not None:
                 res["pydp"].append(cpu(
-                    lambda: partition_selection.create_truncated_geometric_partition_strategy(
-                        float(eps), float(delta), 1), 1))
+                    lambda e=eps, d=delta: (
+                        partition_selection.create_truncated_geometric_partition_strategy(
+                            float(e), float(d), 1)), 1))
         opt, thr = statistics.median(res["opt"]), statistics.median(res["thr"])
         pydp = statistics.median(res["pydp"]) if res["pydp"] else float("nan")
         print(f"{e:>6} {d:>7} {opt * 1e3:>8.3f}ms {thr * 1e3:>8.3f}ms {pydp * 1e3:>8.3f}ms "
