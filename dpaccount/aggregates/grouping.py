@@ -187,7 +187,8 @@ class GroupBy:
 
     def _done(self, result: GroupedResult) -> GroupedResult:
         """The result, with the output engine `GroupedResult.table` converts to."""
-        session = getattr(self._data, "sparkSession", None)
+        spark = engine_of(self._data) == "spark"
+        session = self._data.sparkSession if spark else None
         return attrs.evolve(result, output=self._output, session=session)
 
     # -- reading the data (only after the charge) --------------------------------------

@@ -273,7 +273,8 @@ class OptimalSelection:
                 raise InvalidCostError(
                     "epsilon", epsilon,
                     "is too small for selecting keys (each key's epsilon): give the "
-                    "selection more epsilon (selection_share) or declare the keys",
+                    "selection more epsilon (selection_share), declare the keys, or use "
+                    "key_selection='threshold'",
                 )
             # floor(L m + delta 2**bits) and floor(2**bits - (2**bits - m - delta 2**bits) / L)
             grow = (a * m * dd + dn * one * b) // (b * dd)

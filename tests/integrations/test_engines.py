@@ -273,6 +273,22 @@ def test_dask_columns_are_checked_before_the_charge() -> None:
     assert agg.count(lazy, acct, 1).cost.epsilon == 1  # a count reads any frame's rows
 
 
+def test_output_is_checked_and_the_table_follows_it() -> None:
+    from dpaccount import ConfigError
+
+    df = table(300, 4).assign(sparkSession=1.0)  # a column named like Spark's attribute
+    with pytest.raises(ConfigError, match="output"):
+        groupby(df, "key", output="arrow")
+    res = groupby(df, "key", keys=list(KEYS)).count(Accountant(Budget(1)), 1)
+    assert res.output == "pandas" and res.table is res.frame and res.session is None
+    assert res.clamped().output == "pandas"
+    pl = pytest.importorskip("polars")
+    res = groupby(df, "key", keys=list(KEYS), output="polars").count(Accountant(Budget(1)), 1)
+    assert isinstance(res.table, pl.DataFrame) and res.table.columns == [
+        "key", "value", "low", "high"]
+    assert res.clamped().output == "polars"
+
+
 def test_dask_output_hands_back_a_dask_frame_of_noisy_values() -> None:
     dd = _need("dask.dataframe")
     df = table(800, 2)
