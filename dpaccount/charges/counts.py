@@ -17,8 +17,6 @@ from __future__ import annotations
 import enum
 import math
 
-from scipy import stats
-
 __all__ = ["RunCount", "tail_up", "tnb_gamma_down", "tnb_mean"]
 
 #: Relative margin on a tail probability computed by scipy (its incomplete beta and
@@ -94,6 +92,8 @@ def tail_up(count: RunCount, mean: float, eta: float, gamma: float, t: int) -> f
         >>> 0.5625 <= t < 0.5626   # geometric: (1 - 1/4)^2, rounded up
         True
     """
+    from scipy import stats  # on first use: scipy.stats costs ~0.5 s of `import dpaccount`
+
     if count is RunCount.POISSON:
         value = float(stats.poisson.sf(t, mean))
     elif gamma >= 1:

@@ -94,3 +94,18 @@ def test_stored_metadata_is_validated_when_read(change: dict[str, object]) -> No
                                        "add_remove").model_dump_json())
     with pytest.raises(ValueError):
         LedgerMeta.model_validate_json(json.dumps({**good, **change}))
+
+
+BARE = """
+import sys
+import dpaccount
+heavy = ("pydantic", "sqlite3", "psycopg", "pandas", "scipy.stats", "scipy.optimize",
+         "scipy.integrate", "scipy.fft", "dpaccount.records.models")
+print(sorted(m for m in heavy if m in sys.modules))
+"""
+
+
+def test_import_dpaccount_loads_no_heavy_module() -> None:
+    """``import dpaccount`` loads numpy and scipy.special (its floor) and nothing heavier:
+    a module-level ``from scipy import stats`` once made the import 3.3x its floor."""
+    assert _run(BARE) == "[]"
