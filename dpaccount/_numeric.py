@@ -14,10 +14,12 @@ example an inverse that gives a per-query budget) use `down()`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import re
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Final
@@ -37,6 +39,7 @@ __all__ = [
     "check_positive",
     "check_rate",
     "down",
+    "exact_sums",
     "exp_up",
     "fits_grid",
     "float_down",
@@ -93,6 +96,32 @@ def at_most(a: Fraction, b: Fraction) -> bool:
 SUM_BITS: Final = 4096
 
 
+#: Set (per thread) inside `exact_sums`.
+_EXACT = threading.local()
+
+
+@contextlib.contextmanager
+def exact_sums() -> Iterator[None]:
+    """Within this block (in this thread), `bounded_up` leaves every value exact: how sums
+    were kept before they were bounded. For replaying what such code stored (a full
+    verification of a snapshot written then); never for deciding a charge.
+
+    Examples:
+        >>> big = Fraction(1, 3**3000)
+        >>> with exact_sums():
+        ...     bounded_up(big) == big
+        True
+        >>> bounded_up(big) == big
+        False
+    """
+    before = getattr(_EXACT, "on", False)
+    _EXACT.on = True
+    try:
+        yield
+    finally:
+        _EXACT.on = before
+
+
 def bounded_up(value: Fraction) -> Fraction:
     """``value`` if its reduced denominator fits in `SUM_BITS` bits, else the next multiple
     of ``2**-SUM_BITS`` above it: never below ``value``, and above it by less than
@@ -110,7 +139,7 @@ def bounded_up(value: Fraction) -> Fraction:
         True
     """
     denominator = value.denominator
-    if denominator.bit_length() <= SUM_BITS:
+    if denominator.bit_length() <= SUM_BITS or getattr(_EXACT, "on", False):
         return value
     # ceil(value * 2**SUM_BITS), dividing by the odd part of the denominator only (a sum
     # on the grid plus a fresh term has a small odd part: a short division)

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
+from dpaccount._numeric import exact_sums
 from dpaccount._redact import redact
 from dpaccount.composition import rule_from_description
 from dpaccount.composition.base import Rule, count_distinct
@@ -225,6 +226,11 @@ def check_snapshot_states(records: Sequence[LedgerRecord], snapshots: Sequence[S
     state with the one the snapshot stored (a full verification: opening trusts a
     snapshot's state, whose link only proves who wrote it).
 
+    Each snapshot is replayed from the one before it. A rule whose sums are bounded
+    (`Rule.bounded`) is replayed as it runs now and, where that differs, with exact sums
+    (`dpaccount._numeric.exact_sums`): a snapshot written before the sums were bounded
+    holds the exact ones, never below the bounded sums and a valid bound itself.
+
     Returns:
         How many snapshot states were checked (those whose rule cannot be rebuilt from
         its description, such as a plan of mechanism charges, are not).
@@ -244,7 +250,12 @@ def check_snapshot_states(records: Sequence[LedgerRecord], snapshots: Sequence[S
             continue
         state, done = rule.start(), 0
         for head in sorted(h for h in wanted if h <= len(records)):
-            state = rule.extend_all(state, (r.charge for r in records[done:head]))
+            before, part = state, records[done:head]
+            state = rule.extend_all(before, (r.charge for r in part))
+            if encode_state(state) != wanted[head].state and rule.bounded:
+                # written before the rules bounded their sums: they were kept exact then
+                with exact_sums():
+                    state = rule.extend_all(before, (r.charge for r in part))
             done = head
             if encode_state(state) != wanted[head].state:
                 raise LedgerCorruptError(
