@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpaccount
@@ -197,6 +197,59 @@ def test_the_message_numbers_are_those_the_library_prints(value: Fraction,
     # the fields' directed floats against Fraction comparisons
     assert Fraction(_up(value)) >= value and Fraction(_down(value)) <= value
     assert _up(value) in (_down(value), math.nextafter(_down(value), math.inf))
+
+
+@settings(max_examples=40)
+@given(st.lists(st.decimals(min_value=0, max_value=2, places=3), max_size=8),
+       st.decimals(min_value=0, max_value=5, places=2))
+def test_each_record_states_that_charges_totals(costs: list[Any], budget: Any) -> None:
+    handler = _Collect()
+    logger = logging.getLogger("dpaccount")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        acct = Accountant(Budget(budget), name="p")
+        spent = Fraction(0)
+        expected = []
+        for cost in costs:
+            exact = Fraction(str(cost))
+            if spent + exact <= Fraction(str(budget)):  # basic: exact sums (DR14, 3.16)
+                acct.charge(PrivacyCost(cost))
+                spent += exact
+                expected.append(("charge_admitted", spent))
+            else:
+                with pytest.raises(BudgetExceededError):
+                    acct.charge(PrivacyCost(cost))
+                expected.append(("charge_refused", spent))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    records = _charges(handler)
+    assert [(r.dp_event) for r in records] == [event for event, _ in expected]
+    for record, (_event, total) in zip(records, expected, strict=True):
+        left = Fraction(str(budget)) - total
+        assert Fraction(record.dp_spent_epsilon) >= total  # rounded up, and tight:
+        assert math.nextafter(record.dp_spent_epsilon, -math.inf) < total
+        assert Fraction(record.dp_remaining_epsilon) <= left
+        assert math.nextafter(record.dp_remaining_epsilon, math.inf) > left
+
+
+def test_concurrent_charges_each_state_their_own_total(collected: _Collect) -> None:
+    acct = Accountant(1000, name="threads")
+    per_thread, threads = 50, 4
+
+    def work() -> None:
+        for _ in range(per_thread):
+            acct.charge(PrivacyCost("0.5"))
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    totals = sorted(r.dp_spent_epsilon for r in _charges(collected, "charge_admitted"))
+    # logged under the ledger's lock: the k-th charge states k * 0.5, each once
+    assert totals == [k / 2 for k in range(1, per_thread * threads + 1)]
 
 
 # -- storage retries at DEBUG -----------------------------------------------------------------
