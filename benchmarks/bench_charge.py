@@ -25,11 +25,7 @@ run; and, as the slow sibling, ``charge`` with a do-nothing handler listening at
 (every record built and formatted). CPU time, min of the repeats. Goal: the no-handler
 ratio within 1.03.
 
-With ``--cpu`` every timing is CPU time of this process (time.process_time) instead of
-wall time: use it on a shared machine, and to compare two versions of the package run
-alternately (issue 29: the cost of logging with no handler attached on the charge path).
-
-Run: python benchmarks/bench_charge.py [--quick] [--kinds-only] [--cpu] [--logging]
+Run: python benchmarks/bench_charge.py [--quick] [--kinds-only] [--logging]
 (needs the bench extra: pip install -e ".[bench]")
 """
 
@@ -50,10 +46,6 @@ def _load_diffprivlib() -> type | None:
     return BudgetAccountant  # type: ignore[no-any-return]
 
 
-#: The clock of every timing (``--cpu``: time.process_time).
-_clock: Callable[[], float] = time.perf_counter
-
-
 def _per_call(fn: Callable[[], object], calls: int, repeats: int = 5) -> float:
     """Best-of-``repeats`` microseconds per call."""
     return _timings(fn, calls, repeats)[0]
@@ -68,11 +60,6 @@ def _timings(fn: Callable[[], object], calls: int, repeats: int = 5) -> tuple[fl
         for _ in range(calls):
             fn()
         times.append((time.process_time() - start) / calls * 1e6)
-
-        start = _clock()
-        for _ in range(calls):
-            fn()
-        times.append((_clock() - start) / calls * 1e6)
     times.sort()
     return times[0], times[len(times) // 2]
 
@@ -215,13 +202,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip 10^6 for diffprivlib")
     parser.add_argument("--kinds-only", action="store_true", help="only part 2")
-    parser.add_argument("--cpu", action="store_true",
-                        help="time CPU time (time.process_time) instead of wall time")
     parser.add_argument("--logging", action="store_true", help="only part 3")
     args = parser.parse_args()
-    if args.cpu:
-        global _clock
-        _clock = time.process_time
     if args.logging:
         bench_logging()
         return
