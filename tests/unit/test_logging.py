@@ -289,6 +289,41 @@ def test_a_sqlite_lock_wait_is_a_debug_record(tmp_path: Path, collected: _Collec
     assert any("went through after" in m for m in waits), waits
 
 
+def test_a_writers_gate_wait_is_a_debug_record(tmp_path: Path, collected: _Collect) -> None:
+    from dpaccount.storage.sqlite.gate import WriterGate
+
+    holder, waiter = (WriterGate.beside(str(tmp_path / "l.db")) for _ in range(2))
+    if holder is None or waiter is None:
+        pytest.skip("no writers' gate on this platform")
+    assert holder.enter(time.monotonic() + 10)
+    assert not waiter.enter(time.monotonic() + 0.01)  # held: gives up at its deadline
+    waiting = threading.Event()
+
+    class Signal(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("another writer holds"):
+                waiting.set()
+
+    signal = Signal()
+    logging.getLogger("dpaccount.storage.sqlite.gate").addHandler(signal)
+    got: list[bool] = []
+    try:
+        thread = threading.Thread(target=lambda: got.append(
+            waiter.enter(time.monotonic() + 60)))
+        thread.start()
+        assert waiting.wait(60)  # the waiter found the gate held (no sleep: its record)
+        holder.leave()
+        thread.join(60)
+    finally:
+        logging.getLogger("dpaccount.storage.sqlite.gate").removeHandler(signal)
+    assert got == [True]
+    waiter.leave()
+    gate = [r.getMessage() for r in collected.records
+            if r.name == "dpaccount.storage.sqlite.gate"]
+    assert any(m.startswith("gave up waiting") for m in gate), gate
+    assert any(m.startswith("got the SQLite writers' gate after waiting") for m in gate)
+
+
 # -- nothing secret in any record -------------------------------------------------------------
 
 CANARY_KEY = "canary-key-6e1f0b"
