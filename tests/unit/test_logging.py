@@ -28,6 +28,7 @@ from dpaccount import (
     GaussianCharge,
     LaplaceMechanism,
     PrivacyCost,
+    StorageError,
     open_ledger,
 )
 from dpaccount.accountant.logs import FIELDS
@@ -393,6 +394,20 @@ def test_text_the_caller_gave_goes_through_the_one_redaction(collected: _Collect
         assert all(PASSWORD not in text for text in _every_text(record, line))
 
 
+def _kill_backends_of(schema: str) -> None:
+    """End the server sessions whose last statement named ``schema`` (this test's own:
+    the schema's name is unique to it)."""
+    import psycopg
+
+    from tests.storage_helpers import PG_URL
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        killed = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
+            "pg_backend_pid() AND query LIKE %s", (f"%{schema}%",)).fetchall()
+    assert killed
+
+
 def test_no_credential_in_any_record(collected: _Collect) -> None:
     from tests.storage_helpers import drop_schema, need_postgres, new_schema
 
@@ -407,11 +422,16 @@ def test_no_credential_in_any_record(collected: _Collect) -> None:
                 acct.charge(PrivacyCost(1))
             with pytest.raises(DuplicateQueryError):
                 acct.charge(PrivacyCost("0.1"), query_id="p-1")
-            acct.store.close()  # the next read reconnects (a DEBUG record)
-            assert len(acct.records) == 1
+            assert acct.store.names() == ["pg"]  # its last statement names the schema
+            _kill_backends_of(schema)  # the connection is lost: the next call fails
+            with pytest.raises(StorageError):  # closed (nothing is read or written)
+                acct.store.head()
+            assert len(acct.records) == 1  # and the one after reconnects (DEBUG)
     finally:
         drop_schema(schema)
     assert len(_charges(collected)) == 3
+    assert any(r.levelno == logging.DEBUG and "reconnecting" in r.getMessage()
+               for r in collected.records)
     for record, line in zip(collected.records, collected.lines, strict=True):
         assert all(PASSWORD not in text for text in _every_text(record, line)), record.name
 
