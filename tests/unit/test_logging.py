@@ -149,6 +149,39 @@ def test_a_repeated_query_id_is_a_warning(collected: _Collect) -> None:
     assert (dup.dp_query_id, dup.dp_seq, dup.dp_label) == ("daily/2026-11-26", 0, "again")
 
 
+def test_an_answer_that_cannot_be_released_is_a_failed_query(collected: _Collect) -> None:
+    from dpaccount import UnreleasableResultError
+
+    acct = Accountant(1, name="guarded")
+
+    @acct.guard(LaplaceMechanism(epsilon="0.25", sensitivity=1), label="per-key")
+    def per_key(rows: list[str], label: str = "kw") -> dict[str, int]:
+        return {key: 1 for key in rows}  # labels from data: never released
+
+    with pytest.raises(UnreleasableResultError):
+        per_key([CANARY_KEY], label="the query's own keyword")  # reaches the query
+    (failed,) = _charges(collected, "query_failed")
+    assert (failed.dp_error, failed.dp_label) == ("UnreleasableResultError", "per-key")
+    assert CANARY_KEY not in failed.getMessage() and len(acct.records) == 1
+
+
+def test_an_async_query_that_fails_is_logged_by_its_type(collected: _Collect) -> None:
+    import asyncio
+
+    acct = Accountant(1, name="async")
+
+    @acct.guard(LaplaceMechanism(epsilon="0.25", sensitivity=1), query_id="a-1")
+    async def total(rows: list[float]) -> float:
+        raise KeyError(CANARY_KEY)
+
+    with pytest.raises(KeyError):
+        asyncio.run(total([CANARY_VALUE]))
+    (failed,) = _charges(collected, "query_failed")
+    assert (failed.dp_error, failed.dp_query_id, failed.dp_ledger) == ("KeyError", "a-1",
+                                                                       "async")
+    assert CANARY_KEY not in failed.getMessage()
+
+
 def test_a_share_charge_is_one_record_naming_every_ledger(collected: _Collect) -> None:
     parent = Accountant(1, name="census")
     share = sub_budget(parent, "team-a", "0.75")
