@@ -101,11 +101,13 @@ def _query_id_for(query_id: QueryId, args: tuple[Any, ...], kwargs: dict[str, An
 
 
 def _answer(accountant: Accountant, label: str, query_id: str | None,
-            query: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Run the charged query; a failure is logged by its exception's type only (its text
-    may quote the data) and raised as it is (the charge is kept: no refunds)."""
+            step: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """Run a step after the charge (the query, or the release of its answer); a failure is
+    logged by its exception's type only (its text may quote the data) and raised as it is
+    (the charge is kept: no refunds). Positional-only: the query's own keyword arguments
+    (``label=``, ``query_id=``, ...) pass through untouched."""
     try:
-        return query(*args, **kwargs)
+        return step(*args, **kwargs)
     except Exception as error:
         log_query_failed(_log, accountant.name, label, query_id, error)
         raise
@@ -178,7 +180,7 @@ def guard(
                 qid = _query_id_for(query_id, args, kwargs)
                 await asyncio.to_thread(accountant.charge, mechanism, label=name, query_id=qid)
                 answer = await _answer_async(accountant, name, qid, query(*args, **kwargs))
-                return _release(mechanism, labels, answer)
+                return _answer(accountant, name, qid, _release, mechanism, labels, answer)
 
             return async_wrapper  # type: ignore[return-value]
 
@@ -186,8 +188,8 @@ def guard(
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             qid = _query_id_for(query_id, args, kwargs)
             accountant.charge(mechanism, label=name, query_id=qid)
-            answer = _answer(accountant, name, qid, query, args, kwargs)
-            return _release(mechanism, labels, answer)
+            answer = _answer(accountant, name, qid, query, *args, **kwargs)
+            return _answer(accountant, name, qid, _release, mechanism, labels, answer)
 
         return wrapper  # type: ignore[return-value]
 
@@ -227,8 +229,9 @@ def run(accountant: Accountant, mechanism: Mechanism, query: Callable[..., Any],
         async def charged() -> Any:
             await asyncio.to_thread(accountant.charge, mechanism, label=name, query_id=query_id)
             answer = await _answer_async(accountant, name, query_id, query(*args, **kwargs))
-            return _release(mechanism, labels, answer)
+            return _answer(accountant, name, query_id, _release, mechanism, labels, answer)
 
         return charged()
     accountant.charge(mechanism, label=name, query_id=query_id)
-    return _release(mechanism, labels, _answer(accountant, name, query_id, query, args, kwargs))
+    answer = _answer(accountant, name, query_id, query, *args, **kwargs)
+    return _answer(accountant, name, query_id, _release, mechanism, labels, answer)

@@ -56,7 +56,8 @@ FIELDS: dict[str, str] = {
     "dp_refused_by": "the ledger whose budget refused (a refusal only)",
     "dp_label": "the record's label (None if none)",
     "dp_query_id": "the query id (None if none)",
-    "dp_seq": "the record's position in the ledger (an admitted charge only)",
+    "dp_seq": "the record's position in the ledger (an admitted charge; for a repeated "
+              "query id, the earlier record's)",
     "dp_rule": "the composition rule that decided",
     "dp_epsilon": "the charge's own epsilon (rounded up)",
     "dp_delta": "the charge's own delta (rounded up)",

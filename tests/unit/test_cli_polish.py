@@ -4,11 +4,14 @@ report's default file, and a duplicate query's honest message."""
 
 from __future__ import annotations
 
+import difflib
 import io
 import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from storage_helpers import PG_URL, pg_schema
 
 from dpaccount import Budget, DuplicateQueryError, PrivacyCost, open_ledger
@@ -52,6 +55,23 @@ def test_suggestions_are_close_names_only() -> None:
     assert did_you_mean("zzz", store) == ""  # nothing close: no guess
     assert did_you_mean("census", _Names("census")) == ""  # never the name itself
     assert did_you_mean("census", object()) == ""  # a store that cannot list names
+
+
+_NAME = st.text(alphabet="abcdefg-/0123", min_size=1, max_size=12)
+
+
+@given(_NAME, st.lists(_NAME, max_size=12))
+def test_a_suggestion_is_only_ever_a_listed_name_close_to_the_one_given(
+        name: str, listed: list[str]) -> None:
+    text = did_you_mean(name, _Names(*listed))
+    if not text:
+        return
+    assert text.startswith("; did you mean ") and text.endswith("?")
+    shown = [part.strip("'") for part in text[len("; did you mean "):-1].split(" or ")]
+    assert 1 <= len(shown) <= 3 and name not in shown
+    for other in shown:  # each listed, and close by difflib's own measure
+        assert other in listed
+        assert difflib.SequenceMatcher(None, name, other).ratio() >= 0.6
 
 
 def test_a_store_that_refuses_to_list_gives_no_suggestion() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dpaccount
@@ -28,6 +28,7 @@ from dpaccount import (
     GaussianCharge,
     LaplaceMechanism,
     PrivacyCost,
+    StorageError,
     open_ledger,
 )
 from dpaccount.accountant.logs import FIELDS
@@ -148,6 +149,39 @@ def test_a_repeated_query_id_is_a_warning(collected: _Collect) -> None:
     assert (dup.dp_query_id, dup.dp_seq, dup.dp_label) == ("daily/2026-11-26", 0, "again")
 
 
+def test_an_answer_that_cannot_be_released_is_a_failed_query(collected: _Collect) -> None:
+    from dpaccount import UnreleasableResultError
+
+    acct = Accountant(1, name="guarded")
+
+    @acct.guard(LaplaceMechanism(epsilon="0.25", sensitivity=1), label="per-key")
+    def per_key(rows: list[str], label: str = "kw") -> dict[str, int]:
+        return {key: 1 for key in rows}  # labels from data: never released
+
+    with pytest.raises(UnreleasableResultError):
+        per_key([CANARY_KEY], label="the query's own keyword")  # reaches the query
+    (failed,) = _charges(collected, "query_failed")
+    assert (failed.dp_error, failed.dp_label) == ("UnreleasableResultError", "per-key")
+    assert CANARY_KEY not in failed.getMessage() and len(acct.records) == 1
+
+
+def test_an_async_query_that_fails_is_logged_by_its_type(collected: _Collect) -> None:
+    import asyncio
+
+    acct = Accountant(1, name="async")
+
+    @acct.guard(LaplaceMechanism(epsilon="0.25", sensitivity=1), query_id="a-1")
+    async def total(rows: list[float]) -> float:
+        raise KeyError(CANARY_KEY)
+
+    with pytest.raises(KeyError):
+        asyncio.run(total([CANARY_VALUE]))
+    (failed,) = _charges(collected, "query_failed")
+    assert (failed.dp_error, failed.dp_query_id, failed.dp_ledger) == ("KeyError", "a-1",
+                                                                       "async")
+    assert CANARY_KEY not in failed.getMessage()
+
+
 def test_a_share_charge_is_one_record_naming_every_ledger(collected: _Collect) -> None:
     parent = Accountant(1, name="census")
     share = sub_budget(parent, "team-a", "0.75")
@@ -199,6 +233,59 @@ def test_the_message_numbers_are_those_the_library_prints(value: Fraction,
     assert _up(value) in (_down(value), math.nextafter(_down(value), math.inf))
 
 
+@settings(max_examples=40)
+@given(st.lists(st.decimals(min_value=0, max_value=2, places=3), max_size=8),
+       st.decimals(min_value=0, max_value=5, places=2))
+def test_each_record_states_that_charges_totals(costs: list[Any], budget: Any) -> None:
+    handler = _Collect()
+    logger = logging.getLogger("dpaccount")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        acct = Accountant(Budget(budget), name="p")
+        spent = Fraction(0)
+        expected = []
+        for cost in costs:
+            exact = Fraction(str(cost))
+            if spent + exact <= Fraction(str(budget)):  # basic: exact sums (DR14, 3.16)
+                acct.charge(PrivacyCost(cost))
+                spent += exact
+                expected.append(("charge_admitted", spent))
+            else:
+                with pytest.raises(BudgetExceededError):
+                    acct.charge(PrivacyCost(cost))
+                expected.append(("charge_refused", spent))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+    records = _charges(handler)
+    assert [(r.dp_event) for r in records] == [event for event, _ in expected]
+    for record, (_event, total) in zip(records, expected, strict=True):
+        left = Fraction(str(budget)) - total
+        assert Fraction(record.dp_spent_epsilon) >= total  # rounded up, and tight:
+        assert math.nextafter(record.dp_spent_epsilon, -math.inf) < total
+        assert Fraction(record.dp_remaining_epsilon) <= left
+        assert math.nextafter(record.dp_remaining_epsilon, math.inf) > left
+
+
+def test_concurrent_charges_each_state_their_own_total(collected: _Collect) -> None:
+    acct = Accountant(1000, name="threads")
+    per_thread, threads = 50, 4
+
+    def work() -> None:
+        for _ in range(per_thread):
+            acct.charge(PrivacyCost("0.5"))
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    totals = sorted(r.dp_spent_epsilon for r in _charges(collected, "charge_admitted"))
+    # logged under the ledger's lock: the k-th charge states k * 0.5, each once
+    assert totals == [k / 2 for k in range(1, per_thread * threads + 1)]
+
+
 # -- storage retries at DEBUG -----------------------------------------------------------------
 
 
@@ -234,6 +321,41 @@ def test_a_sqlite_lock_wait_is_a_debug_record(tmp_path: Path, collected: _Collec
              if r.levelno == logging.DEBUG and r.name.startswith("dpaccount.storage.sqlite")]
     assert any("locked by another connection" in m for m in waits), waits
     assert any("went through after" in m for m in waits), waits
+
+
+def test_a_writers_gate_wait_is_a_debug_record(tmp_path: Path, collected: _Collect) -> None:
+    from dpaccount.storage.sqlite.gate import WriterGate
+
+    holder, waiter = (WriterGate.beside(str(tmp_path / "l.db")) for _ in range(2))
+    if holder is None or waiter is None:
+        pytest.skip("no writers' gate on this platform")
+    assert holder.enter(time.monotonic() + 10)
+    assert not waiter.enter(time.monotonic() + 0.01)  # held: gives up at its deadline
+    waiting = threading.Event()
+
+    class Signal(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("another writer holds"):
+                waiting.set()
+
+    signal = Signal()
+    logging.getLogger("dpaccount.storage.sqlite.gate").addHandler(signal)
+    got: list[bool] = []
+    try:
+        thread = threading.Thread(target=lambda: got.append(
+            waiter.enter(time.monotonic() + 60)))
+        thread.start()
+        assert waiting.wait(60)  # the waiter found the gate held (no sleep: its record)
+        holder.leave()
+        thread.join(60)
+    finally:
+        logging.getLogger("dpaccount.storage.sqlite.gate").removeHandler(signal)
+    assert got == [True]
+    waiter.leave()
+    gate = [r.getMessage() for r in collected.records
+            if r.name == "dpaccount.storage.sqlite.gate"]
+    assert any(m.startswith("gave up waiting") for m in gate), gate
+    assert any(m.startswith("got the SQLite writers' gate after waiting") for m in gate)
 
 
 # -- nothing secret in any record -------------------------------------------------------------
@@ -305,6 +427,16 @@ def test_text_the_caller_gave_goes_through_the_one_redaction(collected: _Collect
         assert all(PASSWORD not in text for text in _every_text(record, line))
 
 
+def _kill_backend(pid: int) -> None:
+    """End one server session (as the server would on a restart or a network loss)."""
+    import psycopg
+
+    from tests.storage_helpers import PG_URL
+
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        assert conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+
+
 def test_no_credential_in_any_record(collected: _Collect) -> None:
     from tests.storage_helpers import drop_schema, need_postgres, new_schema
 
@@ -319,11 +451,15 @@ def test_no_credential_in_any_record(collected: _Collect) -> None:
                 acct.charge(PrivacyCost(1))
             with pytest.raises(DuplicateQueryError):
                 acct.charge(PrivacyCost("0.1"), query_id="p-1")
-            acct.store.close()  # the next read reconnects (a DEBUG record)
-            assert len(acct.records) == 1
+            _kill_backend(acct.store._conn.info.backend_pid)  # the connection is lost
+            with pytest.raises(StorageError):  # closed (nothing is read or written)
+                acct.store.head()
+            assert len(acct.records) == 1  # and the one after reconnects (DEBUG)
     finally:
         drop_schema(schema)
     assert len(_charges(collected)) == 3
+    assert any(r.levelno == logging.DEBUG and "reconnecting" in r.getMessage()
+               for r in collected.records)
     for record, line in zip(collected.records, collected.lines, strict=True):
         assert all(PASSWORD not in text for text in _every_text(record, line)), record.name
 

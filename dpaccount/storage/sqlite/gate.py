@@ -109,11 +109,13 @@ class WriterGate:
             except BlockingIOError:
                 if waiting_since is None:
                     waiting_since = time.monotonic()
+                    _log.debug("another writer holds the SQLite writers' gate; waiting up "
+                               "to %.3g s", max(deadline - waiting_since, 0.0))
             else:
                 self._drain(fd)  # wake-ups sent while nobody waited are stale
                 self._depth = 1
                 if waiting_since is not None:
-                    _log.debug("waited %.1f ms for the SQLite writers' gate",
+                    _log.debug("got the SQLite writers' gate after waiting %.1f ms",
                                (time.monotonic() - waiting_since) * 1000)
                 return True
             left = deadline - time.monotonic()
