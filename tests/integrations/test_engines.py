@@ -273,6 +273,28 @@ def test_dask_columns_are_checked_before_the_charge() -> None:
     assert agg.count(lazy, acct, 1).cost.epsilon == 1  # a count reads any frame's rows
 
 
+def test_engine_column_refusals_name_no_value() -> None:
+    """A canary in the data never reaches a refusal's message (types and dtypes only)."""
+    dd = _need("dask.dataframe")
+    from dpaccount import InvalidCostError
+    from dpaccount import aggregates as agg
+
+    canary = "SECRET-CANARY-4711"
+    lazy = dd.from_pandas(pd.DataFrame({canary: [canary] * 10, "x": [1.0] * 10}),
+                          npartitions=2)
+    acct = Accountant(Budget(1))
+    for call in (
+        lambda: agg.sum(lazy[canary], acct, 1, lower=0, upper=1),
+        lambda: agg.mean(lazy, acct, 1, lower=0, upper=1),
+        lambda: agg.sum(lazy["x"], acct, 1, lower=0, upper=1, privacy_unit=[canary] * 10,
+                        max_rows_per_unit=2),
+    ):
+        with pytest.raises(InvalidCostError) as info:
+            call()
+        assert canary not in str(info.value) and canary not in repr(info.value)
+    assert len(acct.records) == 0
+
+
 def test_output_is_checked_and_the_table_follows_it() -> None:
     from dpaccount import ConfigError
 
