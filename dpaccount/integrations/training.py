@@ -37,11 +37,11 @@ from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
-from dpaccount._numeric import check_count, check_delta, float_down, float_up
+from dpaccount._numeric import check_count, check_delta, float_up
 from dpaccount.accountant import Accountant
 from dpaccount.accounting.dpsgd import dpsgd_step_charge
-from dpaccount.accounting.pld import DEFAULT_INTERVAL, PLDRule, compose_plan
-from dpaccount.accounting.rdp import sgm_epsilon
+from dpaccount.accounting.dpsgd_plan import MAX_PLAN_STEPS, plan_dpsgd_steps
+from dpaccount.accounting.pld import DEFAULT_INTERVAL, compose_plan
 from dpaccount.charges import (
     GaussianCharge,
     Relation,
@@ -50,11 +50,10 @@ from dpaccount.charges import (
     Subsampled,
     cost_of,
 )
-from dpaccount.costs import Budget, PrivacyCost, as_budget
+from dpaccount.costs import PrivacyCost, as_budget
 from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
-    InvalidCostError,
     StepRefusedError,
     StorageError,
     UnsupportedChargeError,
@@ -66,8 +65,8 @@ __all__ = ["TrainingLedger", "epsilon_of_history", "max_planned_steps"]
 
 #: The label of every step record a `TrainingLedger` writes.
 STEP_LABEL = "dp-sgd step"
-#: The most steps a plan searched for by `max_planned_steps` may hold.
-MAX_PLANNED_STEPS = 10**7
+#: The most steps a plan may hold (searched or declared): `MAX_PLAN_STEPS`.
+MAX_PLANNED_STEPS = MAX_PLAN_STEPS
 
 
 def _step_parameters(charge: Any) -> tuple[Fraction, Fraction, int] | None:
@@ -85,67 +84,20 @@ def _step_parameters(charge: Any) -> tuple[Fraction, Fraction, int] | None:
     return None
 
 
-def _plan_fits(step: Subsampled, k: int, budget: Budget) -> bool:
-    rule = PLDRule((step, k), budget=budget)
-    return rule.admits(rule.extend(rule.start(), Repeated(step, k)), budget)
-
-
-def _rdp_steps(step: Subsampled, budget: Budget) -> int:
-    """The most steps the (cheap, looser) integer-order RDP bound admits; 0 if none."""
-    if budget.delta == 0 or budget.epsilon is None:
-        return 0
-    cap = float_down(budget.epsilon)
-    sigma, q, _count = _step_parameters(step) or (Fraction(0), Fraction(0), 0)
-
-    def fits(k: int) -> bool:
-        try:
-            return sgm_epsilon(q, sigma, k, budget.delta, refine=False) <= cap
-        except InvalidCostError:
-            return False
-
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while fits(hi):
-        lo, hi = hi, hi * 2
-        if hi > MAX_PLANNED_STEPS:
-            return MAX_PLANNED_STEPS
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
 def max_planned_steps(*, noise_multiplier: Any, sampling_rate: Any, budget: Any) -> int:
     """The largest number of DP-SGD steps whose PLD plan fits ``budget`` (0 if none).
 
     The same test as the ``pld`` rule's (its certified epsilon at the budget's delta),
-    searched by bisection. Depends on public numbers only.
+    found in a few evaluations by `plan_dpsgd_steps` (see there for the search, its
+    cache and the cap `MAX_PLANNED_STEPS`). Depends on public numbers only.
 
     Examples:
         >>> max_planned_steps(noise_multiplier=1.0, sampling_rate=0.01,
         ...                   budget=(1, "1e-5"))
         254
     """
-    the_budget = as_budget(budget)
-    step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
-    if not _plan_fits(step, 1, the_budget):
-        return 0
-    lo = max(1, _rdp_steps(step, the_budget))  # RDP is looser: a count that fits
-    if not _plan_fits(step, lo, the_budget):  # pragma: no cover - defensive
-        lo = 1
-    hi = lo + max(1, lo // 4)
-    while _plan_fits(step, hi, the_budget):
-        lo, hi = hi, hi * 2
-        if hi > MAX_PLANNED_STEPS:
-            return MAX_PLANNED_STEPS
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _plan_fits(step, mid, the_budget):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return plan_dpsgd_steps(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate,
+                            budget=budget).steps
 
 
 def epsilon_of_history(history: list[tuple[Any, Any, int]], delta: Any, *,
@@ -227,6 +179,11 @@ class TrainingLedger:
             raise ConfigError(f"unknown training rule {rule!r}; use 'pld' or 'rdp'")
         self._url, self._name, self._budget, self._rule = ledger, name, as_budget(budget), rule
         self._steps = None if steps is None else check_count(steps, "steps")
+        if self._steps is not None and self._steps > MAX_PLANNED_STEPS:
+            raise ConfigError(
+                f"a plan holds at most {MAX_PLANNED_STEPS} steps (one PLD evaluation of "
+                "more would not fit in memory); split a longer run over ledgers"
+            )
         self._taken = self._count_taken()
         if rule == "rdp":
             self._acct = open_ledger(ledger, name=name, budget=self._budget, rule="rdp")
@@ -294,15 +251,22 @@ class TrainingLedger:
         assert self._url is not None
         step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
         planned = self._stored_plan(step)
+        rule: Any = None
         if planned is None:
-            planned = self._steps if self._steps is not None else max_planned_steps(
-                noise_multiplier=noise_multiplier, sampling_rate=sampling_rate,
-                budget=self._budget,
-            )
+            if self._steps is not None:
+                planned = self._steps
+            else:
+                searched = plan_dpsgd_steps(noise_multiplier=noise_multiplier,
+                                            sampling_rate=sampling_rate, budget=self._budget)
+                planned, rule = searched.steps, searched.rule
         if planned == 0:
             self._refuse(step, 1, computed=False, accountant=None)
-        self._acct = open_ledger(self._url, name=self._name, budget=self._budget,
-                                 rule="pld", plan=(step, planned))
+        if rule is not None:  # the search's rule, already composed: no second evaluation
+            self._acct = open_ledger(self._url, name=self._name, budget=self._budget,
+                                     rule=rule)
+        else:
+            self._acct = open_ledger(self._url, name=self._name, budget=self._budget,
+                                     rule="pld", plan=(step, planned))
         self._planned = (step, planned)
         self._taken = self._count_taken()
         return self._acct
