@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpaccount.errors import ConfigError, LedgerCorruptError, missing_extra
+from dpaccount._numeric import check_delta, check_positive
+from dpaccount.errors import ConfigError, InvalidCostError, LedgerCorruptError, missing_extra
 from dpaccount.integrations.training import TrainingLedger, epsilon_of_history
 
 try:
@@ -139,19 +140,46 @@ if _ACCOUNTANTS.get(MECHANISM) is not LedgerAccountant:  # pragma: no cover - de
     raise ImportError("could not register the dpaccount accountant with Opacus")
 
 
+def _check_wrapping(kwargs: dict[str, Any], poisson_sampling: bool) -> None:
+    """Refuse what the accounting does not cover, before anything is wrapped or charged.
+
+    Raises:
+        ConfigError: ``poisson_sampling=False``, adaptive clipping, an empty data loader.
+        InvalidCostError: A clipping norm that is not a positive finite number.
+    """
+    if not poisson_sampling:
+        raise ConfigError(
+            "poisson_sampling=False is not covered by the accounting (it assumes "
+            "Poisson sampling, Mironov, Talwar and Zhang 2019); keep the default"
+        )
+    if kwargs.get("clipping", "flat") == "adaptive":
+        raise ConfigError(
+            "clipping='adaptive' spends privacy on the clipping bound that the DP-SGD "
+            "step charge does not hold; use 'flat' or 'per_layer'"
+        )
+    norms = kwargs.get("max_grad_norm")
+    for norm in norms if isinstance(norms, (list, tuple)) else [norms]:
+        check_positive(norm, "max_grad_norm")
+    loader = kwargs.get("data_loader")
+    if loader is not None and len(loader) == 0:
+        raise ConfigError("the data loader is empty: its sampling rate 1 / len(loader) "
+                          "is undefined")
+
+
 class GuardedPrivacyEngine(PrivacyEngine):  # type: ignore[misc]
     """Opacus' ``PrivacyEngine`` with a ledger-backed accountant.
 
-    Refuses ``poisson_sampling=False`` (shuffled fixed-size batches are not what the
-    Poisson-subsampled Gaussian's theorem covers) before anything is wrapped.
+    Before anything is wrapped (and before anything is charged) it refuses what the
+    DP-SGD step charge does not describe: ``poisson_sampling=False`` (shuffled
+    fixed-size batches are not what the Poisson-subsampled Gaussian's theorem covers),
+    adaptive clipping, a noise multiplier or clipping norm that is not a positive finite
+    number (NaN included), an empty data loader, and a target epsilon, delta or number
+    of epochs that is not valid.
     """
 
     def make_private(self, *args: Any, poisson_sampling: bool = True, **kwargs: Any) -> Any:
-        if not poisson_sampling:
-            raise ConfigError(
-                "poisson_sampling=False is not covered by the accounting (it assumes "
-                "Poisson sampling, Mironov, Talwar and Zhang 2019); keep the default"
-            )
+        _check_wrapping(kwargs, poisson_sampling)
+        check_positive(kwargs.get("noise_multiplier"), "noise_multiplier")
         return super().make_private(*args, poisson_sampling=True, **kwargs)
 
     def make_private_with_epsilon(self, *args: Any, **kwargs: Any) -> Any:
@@ -161,6 +189,15 @@ class GuardedPrivacyEngine(PrivacyEngine):  # type: ignore[misc]
                 "make_private(noise_multiplier=engine.accountant.history[-1][0], ...) so "
                 "that the remaining steps keep the plan's noise"
             )
+        _check_wrapping(kwargs, kwargs.get("poisson_sampling", True))
+        target = check_positive(kwargs.get("target_epsilon"), "target_epsilon")
+        if target > 10**6:
+            raise InvalidCostError("target_epsilon", kwargs.get("target_epsilon"),
+                                   "must be at most 1e6")
+        delta = check_delta(kwargs.get("target_delta"), "target_delta")
+        if delta == 0:
+            raise InvalidCostError("target_delta", 0, "must be > 0 for DP-SGD")
+        check_positive(kwargs.get("epochs"), "epochs")
         return super().make_private_with_epsilon(*args, **kwargs)
 
 

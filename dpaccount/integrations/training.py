@@ -54,6 +54,7 @@ from dpaccount.costs import PrivacyCost, as_budget
 from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
+    InvalidCostError,
     StepRefusedError,
     StorageError,
     UnsupportedChargeError,
@@ -315,8 +316,12 @@ class TrainingLedger:
             StepRefusedError: The steps do not fit; nothing was recorded.
             UnsupportedChargeError: The ledger's rule cannot take them (another sigma or
                 q than a ``pld`` ledger's plan).
+            InvalidCostError: sigma <= 0, q outside (0, 1], NaN or infinite numbers, or
+                more than `MAX_PLANNED_STEPS` steps at once; nothing was recorded.
         """
         n = check_count(steps, "steps")
+        if n > MAX_PLANNED_STEPS:
+            raise InvalidCostError("steps", n, f"more than {MAX_PLANNED_STEPS} in one charge")
         acct = self.start(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
         step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
         charge = step if n == 1 else Repeated(step, n)
