@@ -5,15 +5,17 @@ steps (noise multiplier sigma, sampling rate q) and is admitted while the certif
 epsilon of the whole plan at the budget's delta fits the budget (`PLDRule`). Without a
 declared length, the run takes the largest such k. `plan_dpsgd_steps` finds it:
 
-1. a starting guess from the Renyi-DP bound of the same steps (Mironov, Talwar and Zhang
-   2019; microseconds an evaluation; looser than the PLD, so its k is a little short);
-2. a *surrogate* search on the same PLD at a grid ten times coarser (about a tenth of the
-   cost of one certified evaluation at large k): a safeguarded secant search on
-   (log k, log epsilon), which is nearly linear, to the exact crossing of the surrogate;
+1. a starting guess from the integer-order Renyi-DP bound of the same steps (Mironov,
+   Talwar and Zhang 2019; microseconds an evaluation; looser than the PLD, so its k is
+   short of the answer);
+2. two *surrogate* searches on the same PLD at grids 100 and then 10 times coarser
+   (about 1% and 10% of the cost of one certified evaluation at large k), each a
+   safeguarded secant search on (log k, log epsilon), which is nearly linear, to the
+   exact crossing of its surrogate, started where the previous one ended;
 3. the *certified* search: the same safeguarded secant on the rule's own test
-   (`PLDRule` at the budget's delta, `PLDRule.admits`), started at the surrogate's answer
-   with the surrogate's slope. It ends only when k fits and k + 1 does not, both
-   evaluated (or when k reaches `MAX_PLAN_STEPS`, which then fits).
+   (`PLDRule` at the budget's delta, `PLDRule.admits`), started at the last surrogate's
+   answer with its slope. It ends only when k fits and k + 1 does not, both evaluated
+   (or when k reaches the limit, `MAX_PLAN_STEPS` by default, which then fits).
 
 Counted at sigma = 1, q = 1/32, delta = 1e-5 (tests/integrations/test_plan.py): budgets
 8, 30 and 1,000 (plans of 1,500, 13,072 and 1,048,822 steps) take 2 to 3 certified
@@ -59,8 +61,8 @@ __all__ = ["MAX_PLAN_STEPS", "StepPlan", "clear_plan_cache", "plan_dpsgd_steps"]
 #: would need tens of GB. A budget that admits more gets a plan of exactly this many
 #: steps (`StepPlan.capped`), far beyond any training run.
 MAX_PLAN_STEPS = 10**7
-#: How much coarser the surrogate's grid is than the certified one.
-SURROGATE_COARSENING = 10
+#: How much coarser the surrogates' grids are than the certified one, searched in turn.
+SURROGATE_COARSENING = (100, 10)
 #: How many plans are kept (each is a few integers).
 PLAN_CACHE = 64
 
@@ -176,19 +178,26 @@ def _search(step: Any, sigma: Fraction, q: Fraction, budget: Budget, epsilon: Fr
         values[k] = value
         return fits, value
 
-    coarse = PrivacyLossDistribution.gaussian(
-        sigma, 1, sampling_rate=q,
-        value_discretization_interval=interval * SURROGATE_COARSENING, lower=False,
-    )
+    def surrogate(coarsening: int) -> _Evaluate:
+        coarse = PrivacyLossDistribution.gaussian(
+            sigma, 1, sampling_rate=q,
+            value_discretization_interval=interval * coarsening, lower=False,
+        )
 
-    def surrogate(k: int) -> tuple[bool, float]:
-        _low, high = coarse.self_compose(k).epsilon(budget.delta)
-        value = math.inf if high is None else float(high)
-        return value <= cap, value
+        def evaluate(k: int) -> tuple[bool, float]:
+            _low, high = coarse.self_compose(k).epsilon(budget.delta)
+            value = math.inf if high is None else float(high)
+            return value <= cap, value
 
-    guess, slope = _rdp_guess(q, sigma, budget.delta, cap, limit)
-    found, seen, surrogate_count = _largest_fitting(surrogate, cap, guess, slope, limit)
-    slope = _local_slope(seen, found) or slope
+        return evaluate
+
+    found, slope = _rdp_guess(q, sigma, budget.delta, cap, limit)
+    surrogate_count = 0
+    for coarsening in SURROGATE_COARSENING:
+        found, seen, count = _largest_fitting(surrogate(coarsening), cap, max(found, 1),
+                                              slope, limit)
+        slope = _local_slope(seen, found) or slope
+        surrogate_count += count
     steps, _seen, count = _largest_fitting(certified, cap, max(found, 1), slope, limit)
     if steps == 0:
         return StepPlan(0, 0.0, False, count, surrogate_count)
@@ -207,7 +216,7 @@ def _rdp_guess(q: Fraction, sigma: Fraction, delta: Fraction, cap: float, limit:
 
     def rdp(k: int) -> float:
         try:
-            return sgm_epsilon(q, sigma, k, delta)
+            return sgm_epsilon(q, sigma, k, delta, refine=False)
         except InvalidCostError:  # pragma: no cover - delta is checked above
             return math.inf
 

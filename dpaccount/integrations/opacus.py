@@ -22,7 +22,11 @@ from typing import Any
 
 from dpaccount._numeric import check_delta, check_positive
 from dpaccount.errors import ConfigError, InvalidCostError, LedgerCorruptError, missing_extra
-from dpaccount.integrations.training import TrainingLedger, epsilon_of_history
+from dpaccount.integrations.training import (
+    TrainingLedger,
+    epsilon_bounds_of_history,
+    epsilon_of_history,
+)
 
 try:
     from opacus import PrivacyEngine
@@ -89,8 +93,27 @@ class LedgerAccountant(IAccountant):  # type: ignore[misc]
             self._history.append((noise_multiplier, sample_rate, 1))
 
     def get_epsilon(self, delta: float, *args: Any, **kwargs: Any) -> float:
-        """Certified epsilon at ``delta`` of the steps so far (PLD, rounded up)."""
+        """Certified epsilon at ``delta`` of the steps so far (PLD, rounded up).
+
+        This is the number the ledger enforces: a proven upper bound, floating-point
+        error included. Opacus' ``PRVAccountant`` returns the upper end of an *estimate*
+        (Gopi, Lee and Wutschitz 2021) widened by its a-priori error allowance
+        (``eps_error=0.01`` at ``delta - delta / 1000``), so it can read above this one;
+        see `epsilon_bounds` for the interval the exact epsilon lies in.
+        """
         return epsilon_of_history(self.history, delta)
+
+    def epsilon_bounds(self, delta: float) -> tuple[float, float]:
+        """(lower, upper) epsilon at ``delta`` of the steps so far.
+
+        ``upper`` is `get_epsilon` (certified). ``lower`` comes from the same privacy
+        loss distribution's optimistic discretisation, and the dominating pair is
+        attained by a worst-case model and dataset, so no accountant that knows only
+        (sigma, q, steps) can certify less (`epsilon_bounds_of_history`). The exact
+        epsilon lies in between; an accountant reporting more than ``upper`` is looser,
+        one reporting less than ``lower`` is wrong.
+        """
+        return epsilon_bounds_of_history(self.history, delta)
 
     def __len__(self) -> int:
         return sum(k for _s, _q, k in self.history)

@@ -37,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
-from dpaccount._numeric import check_count, check_delta, float_up
+from dpaccount._numeric import check_count, check_delta, float_down, float_up
 from dpaccount.accountant import Accountant
 from dpaccount.accounting.dpsgd import dpsgd_step_charge
 from dpaccount.accounting.dpsgd_plan import MAX_PLAN_STEPS, plan_dpsgd_steps
@@ -62,7 +62,12 @@ from dpaccount.errors import (
 from dpaccount.ledgers import open_ledger, open_store
 from dpaccount.records import LedgerMeta, LedgerRecord
 
-__all__ = ["TrainingLedger", "epsilon_of_history", "max_planned_steps"]
+__all__ = [
+    "TrainingLedger",
+    "epsilon_bounds_of_history",
+    "epsilon_of_history",
+    "max_planned_steps",
+]
 
 #: The label of every step record a `TrainingLedger` writes.
 STEP_LABEL = "dp-sgd step"
@@ -134,6 +139,45 @@ def epsilon_of_history(history: list[tuple[Any, Any, int]], delta: Any, *,
     return float_up(high)
 
 
+def epsilon_bounds_of_history(history: list[tuple[Any, Any, int]], delta: Any, *,
+                              value_discretization_interval: Any = DEFAULT_INTERVAL
+                              ) -> tuple[float, float]:
+    """(lower, upper) epsilon at ``delta`` of the steps in ``history`` ((sigma, q, count)).
+
+    ``upper`` is `epsilon_of_history`'s certified bound (the pessimistic, "connect the
+    dots" discretisation of Doroshenko, Ghazi, Kamath, Kumar and Manurangsi 2022, with
+    floating-point error added to delta), rounded up; inf if no finite epsilon reaches
+    ``delta``. ``lower`` comes from the *same* PLD's optimistic discretisation (the
+    output binned by its loss, losses rounded down: post-processing of the dominating
+    pair, so its hockey-stick divergence is at most the pair's; Meiser and Mohammadi
+    2018), rounded down. The dominating pair of a Poisson-subsampled Gaussian step is
+    attained by a pair of neighbouring datasets (the differing example's clipped
+    gradient of norm exactly C, every other one 0: Koskela, Jalko and Honkela 2020,
+    Sec. 6; Zhu, Dong and Wang 2022, Sec. 5), so for the worst-case model and data no
+    accountant that knows only (sigma, q, steps) can certify an epsilon below ``lower``:
+    the exact epsilon lies in [lower, upper]. Costs two PLD compositions (both
+    discretisations).
+
+    Examples:
+        >>> low, high = epsilon_bounds_of_history([(1.0, 0.01, 100)], 1e-5)
+        >>> 0.7 < low <= high < 0.75 and high - low < 0.01
+        True
+    """
+    d = check_delta(delta, "delta")
+    plan = [
+        Repeated(dpsgd_step_charge(noise_multiplier=sigma, sampling_rate=q), count)
+        for sigma, q, count in history
+        if count > 0
+    ]
+    if not plan:
+        return 0.0, 0.0
+    pld = compose_plan(plan, relation=Relation.ADD_REMOVE,
+                       value_discretization_interval=value_discretization_interval,
+                       lower=True)
+    low, high = pld.epsilon(d)
+    return float_down(low), (math.inf if high is None else float_up(high))
+
+
 class TrainingLedger:
     """The privacy budget of one training run, charged step by step before use.
 
@@ -171,7 +215,7 @@ class TrainingLedger:
                     "DP-SGD steps are accounted under add/remove neighbours (Poisson "
                     f"sampling); this accountant's relation is {ledger.relation.value!r}"
                 )
-            self._acct = ledger
+            self._acct, self._name = ledger, ledger.name
             self._taken = self._count_taken()
             return
         if budget is None:
@@ -280,6 +324,11 @@ class TrainingLedger:
         return self._acct
 
     @property
+    def ledger_name(self) -> str:
+        """The ledger's name (what checkpoints record, with `steps_taken`)."""
+        return self._name
+
+    @property
     def steps_taken(self) -> int:
         """Steps admitted so far, in this process and before a restart."""
         return self._taken
@@ -384,6 +433,11 @@ class TrainingLedger:
     def epsilon(self, delta: Any) -> float:
         """Certified epsilon at ``delta`` of the steps admitted so far (PLD, rounded up)."""
         return epsilon_of_history(self.history, delta)
+
+    def epsilon_bounds(self, delta: Any) -> tuple[float, float]:
+        """(lower, upper) epsilon at ``delta`` of the steps so far: upper is certified
+        (`epsilon`), lower is what no accountant can beat (`epsilon_bounds_of_history`)."""
+        return epsilon_bounds_of_history(self.history, delta)
 
     def close(self) -> None:
         """Close the ledger's store."""

@@ -257,3 +257,24 @@ def test_a_bad_noise_multiplier_set_mid_run_is_refused_with_the_model_untouched(
         assert torch.equal(p.detach(), old)
         assert p.grad is None or sigma != 0
     assert run.steps_taken == taken and list(run.accountant.records) == records  # type: ignore[union-attr]
+
+
+def test_the_accountant_says_which_number_is_certified() -> None:
+    from opacus.accountants import PRVAccountant
+
+    run = TrainingLedger("memory://", budget=BUDGET)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private_with_epsilon(
+        module=module, optimizer=optimizer, data_loader=loader,
+        target_epsilon=2.0, target_delta=1e-5, epochs=3, max_grad_norm=1.0,
+    )
+    _train(model, optimizer, loader, epochs=3)
+    low, high = engine.accountant.epsilon_bounds(1e-5)
+    assert high == engine.get_epsilon(1e-5) <= 2.0 and 0 < low <= high
+    prv = PRVAccountant()
+    prv.history = list(engine.accountant.history)
+    # PRV's number is its estimate's upper end, widened by eps_error = 0.01: no valid
+    # upper bound can be below our lower one, and it may read above our certified one.
+    assert prv.get_epsilon(1e-5) >= low
+    assert prv.get_epsilon(1e-5) <= high + 0.02
