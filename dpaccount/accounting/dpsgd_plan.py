@@ -82,8 +82,9 @@ class StepPlan:
             lower one was given): the budget may admit more steps than it holds.
         evaluations: Certified PLD evaluations the search made (0 when cached).
         surrogate_evaluations: Coarse-grid evaluations it made.
-        rule: The `PLDRule` of the plan, already composed (None when cached): an
-            accountant can be built on it without composing the plan again.
+        rule: The `PLDRule` of the plan, already composed (kept for the latest search
+            only, else None): an accountant can be built on it without composing the
+            plan again.
     """
 
     steps: int
@@ -95,6 +96,10 @@ class StepPlan:
 
 
 _CACHE: dict[tuple[Fraction, Fraction, Fraction, Fraction, float, int], StepPlan] = {}
+#: The composed rule of the latest search (its key, the rule): a rule holds the whole
+#: plan's PLD (tens of MB at a million steps), so only one is kept. A rule is not changed
+#: by use (its state lives in the accountant), so ledgers may share it.
+_LAST_RULE: list[Any] = []
 
 
 def plan_dpsgd_steps(*, noise_multiplier: Any, sampling_rate: Any, budget: Any,
@@ -146,17 +151,20 @@ def plan_dpsgd_steps(*, noise_multiplier: Any, sampling_rate: Any, budget: Any,
     key = (sigma, q, the_budget.delta, the_budget.epsilon, interval, most)
     cached = _CACHE.get(key)
     if cached is not None:
-        return attrs.evolve(cached, evaluations=0, surrogate_evaluations=0)
+        rule = _LAST_RULE[1] if _LAST_RULE and _LAST_RULE[0] == key else None
+        return attrs.evolve(cached, evaluations=0, surrogate_evaluations=0, rule=rule)
     plan = _search(step, sigma, q, the_budget, the_budget.epsilon, interval, most)
     if len(_CACHE) >= PLAN_CACHE:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[key] = attrs.evolve(plan, rule=None)
+    _LAST_RULE[:] = [key, plan.rule] if plan.rule is not None else []
     return plan
 
 
 def clear_plan_cache() -> None:
     """Forget every cached plan (the next search evaluates again)."""
     _CACHE.clear()
+    _LAST_RULE.clear()
 
 
 def _search(step: Any, sigma: Fraction, q: Fraction, budget: Budget, epsilon: Fraction,

@@ -209,6 +209,8 @@ class TrainingLedger:
         self._url: str | None = None
         self._acct: Accountant | None = None
         self._planned: tuple[Subsampled, int] | None = None
+        self._plan_fits = False
+        self._last_step: tuple[tuple[Any, Any], Subsampled] | None = None
         if isinstance(ledger, Accountant):
             if ledger.relation is not Relation.ADD_REMOVE:
                 raise ConfigError(
@@ -294,7 +296,7 @@ class TrainingLedger:
         if self._acct is not None:
             return self._acct
         assert self._url is not None
-        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        step = self._step(noise_multiplier, sampling_rate)
         planned = self._stored_plan(step)
         rule: Any = None
         if planned is None:
@@ -313,8 +315,23 @@ class TrainingLedger:
             self._acct = open_ledger(self._url, name=self._name, budget=self._budget,
                                      rule="pld", plan=(step, planned))
         self._planned = (step, planned)
+        rule = self._acct.rule  # the whole plan's total is precomputed: an O(1) check
+        self._plan_fits = rule.admits(rule.extend(rule.start(), Repeated(step, planned)),
+                                      self._acct.budget)
         self._taken = self._count_taken()
         return self._acct
+
+    def _step(self, noise_multiplier: Any, sampling_rate: Any) -> Subsampled:
+        """The step charge of this sigma and q, validated once: the last one is kept for
+        the same two floats (a NaN never equals itself, so it is validated, and refused,
+        every time)."""
+        key = (noise_multiplier, sampling_rate)
+        if (self._last_step is not None and type(noise_multiplier) is float
+                and type(sampling_rate) is float and self._last_step[0] == key):
+            return self._last_step[1]
+        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        self._last_step = (key, step)
+        return step
 
     # -- charging ----------------------------------------------------------------------
 
@@ -345,9 +362,17 @@ class TrainingLedger:
         return self._history_of(self._stored()[1])
 
     def steps_left(self, *, noise_multiplier: Any, sampling_rate: Any) -> int | None:
-        """How many more steps of this sigma and q are admitted now (None: unbounded)."""
+        """How many more steps of this sigma and q are admitted now (None: unbounded).
+
+        For a ``pld`` plan whose whole length fits (checked once, when the run starts) it
+        is the plan's length less the steps taken, in O(1); otherwise the accountant
+        searches (`Accountant.max_queries`). Either way each charge is still checked by
+        the ledger's rule.
+        """
         acct = self.start(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
-        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        step = self._step(noise_multiplier, sampling_rate)
+        if self._planned is not None and self._plan_fits and step == self._planned[0]:
+            return max(0, self._planned[1] - self._taken)
         return acct.max_queries(step)
 
     def charge_steps(self, *, noise_multiplier: Any, sampling_rate: Any, steps: int = 1,
@@ -372,7 +397,7 @@ class TrainingLedger:
         if n > MAX_PLANNED_STEPS:
             raise InvalidCostError("steps", n, f"more than {MAX_PLANNED_STEPS} in one charge")
         acct = self.start(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
-        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        step = self._step(noise_multiplier, sampling_rate)
         charge = step if n == 1 else Repeated(step, n)
         if self._planned is not None:
             planned_step, planned = self._planned
