@@ -46,6 +46,7 @@ import json
 import os
 import pickle
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -202,10 +203,15 @@ def _write_pytree(stream: Any, header: dict[str, Any], state: Any) -> None:
     np.savez(stream, **arrays)  # type: ignore[arg-type]
 
 
+def _jax() -> Any:
+    """JAX if the program already imported it (a pytree of JAX arrays implies it), else
+    None: plain nested lists, tuples and dicts are handled without it."""
+    return sys.modules.get("jax")
+
+
 def _leaves(tree: Any) -> list[Any]:
-    try:
-        import jax
-    except ImportError:  # a plain nested structure of lists, tuples and dicts
+    jax = _jax()
+    if jax is None:  # a plain nested structure of lists, tuples and dicts
         if isinstance(tree, dict):
             return [leaf for key in sorted(tree) for leaf in _leaves(tree[key])]
         if isinstance(tree, (list, tuple)):
@@ -215,9 +221,8 @@ def _leaves(tree: Any) -> list[Any]:
 
 
 def _rebuild(like: Any, leaves: list[Any]) -> Any:
-    try:
-        import jax
-    except ImportError:
+    jax = _jax()
+    if jax is None:
         it = iter(leaves)
 
         def fill(tree: Any) -> Any:
@@ -225,7 +230,10 @@ def _rebuild(like: Any, leaves: list[Any]) -> Any:
                 return {key: fill(tree[key]) for key in sorted(tree)}
             if isinstance(tree, (list, tuple)):
                 return type(tree)(fill(item) for item in tree)
-            return next(it)
+            try:
+                return next(it)
+            except StopIteration:
+                raise ConfigError("like= has more leaves than the checkpoint") from None
 
         return fill(like)
     treedef = jax.tree_util.tree_structure(like)

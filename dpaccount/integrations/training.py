@@ -291,7 +291,8 @@ class TrainingLedger:
         """Open (or create) the ledger for steps of this sigma and q; idempotent.
 
         With the ``pld`` rule this is where the plan is fixed (and, for a new ledger with
-        ``steps=None``, searched: a second or so, once).
+        ``steps=None``, searched by `plan_dpsgd_steps`: 2 to 3 certified PLD evaluations,
+        and the ledger is opened on the rule the search composed).
         """
         if self._acct is not None:
             return self._acct
