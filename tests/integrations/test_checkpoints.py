@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dpaccount.errors import ConfigError, LedgerCorruptError
 from dpaccount.integrations import TrainingLedger
@@ -208,3 +210,40 @@ def test_a_run_killed_mid_epoch_resumes_from_its_last_checkpoint(tmp_path: Path)
     saved = torch.load(resumed.path, weights_only=True)["model"]
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
     run.close()
+
+
+_LEAF = st.floats(allow_nan=False, allow_infinity=False, width=64)
+_TREE = st.recursive(
+    _LEAF,
+    lambda inner: st.one_of(st.lists(inner, min_size=1, max_size=3),
+                            st.dictionaries(st.text("abc", min_size=1, max_size=3), inner,
+                                            min_size=1, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tree=_TREE, before=st.integers(0, 20), after=st.integers(0, 20))
+def test_any_pytree_round_trips_and_the_lost_steps_add_up(tree, before: int,  # type: ignore[no-untyped-def]
+                                                          after: int) -> None:
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp())
+    run = TrainingLedger("memory://", budget=BUDGET, steps=100)
+    if before:
+        run.charge_steps(**STEP, steps=before)
+    save_checkpoint(folder, run, state=tree)
+    if after:
+        run.charge_steps(**STEP, steps=after)
+    resumed = resume_checkpoint(folder, run, like=tree)
+    assert (resumed.position, resumed.charged, resumed.lost) == (
+        before, before + after, after)
+
+    def same(a, b) -> bool:  # type: ignore[no-untyped-def]
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return float(a) == float(b)
+
+    assert same(tree, resumed.state)
