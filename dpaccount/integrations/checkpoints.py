@@ -123,7 +123,8 @@ def save_checkpoint(folder: str | os.PathLike[str], run: TrainingLedger, *,
     """Save the model state with the run's ledger position, atomically.
 
     Call it between steps (after ``optimizer.step()`` or a `scan_steps` chunk returned):
-    the position saved is `TrainingLedger.steps_taken`, the steps the state has applied.
+    the position saved is `TrainingLedger.steps_applied`, the steps the state has
+    applied (`steps_taken` less a step paid ahead with ``prepay``).
 
     Args:
         folder: Where checkpoints live (created if missing); one file per position,
@@ -153,7 +154,7 @@ def save_checkpoint(folder: str | os.PathLike[str], run: TrainingLedger, *,
         raise ConfigError("extra must hold JSON values (str, numbers, lists, dicts)") from None
     where = Path(folder)
     where.mkdir(parents=True, exist_ok=True)
-    position = run.steps_taken
+    position = run.steps_applied  # a step paid ahead (prepay) has not been applied
     header = {"format": FORMAT, "position": position, "ledger": run.ledger_name,
               "extra": extra_text}
     suffix = "pt" if model is not None else "npz"

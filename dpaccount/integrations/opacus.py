@@ -50,10 +50,16 @@ class LedgerAccountant(IAccountant):  # type: ignore[misc]
 
     Args:
         ledger: A `TrainingLedger` (or None: history in memory only).
+        prepay: After each admitted step, charge the next one in a background thread
+            (`TrainingLedger.prepay`), so that its durable append overlaps the next
+            forward and backward pass; each step is still applied only once its record
+            is durable. At most one charged step never runs (the one paid ahead when
+            training stops).
     """
 
-    def __init__(self, ledger: TrainingLedger | None = None) -> None:
+    def __init__(self, ledger: TrainingLedger | None = None, *, prepay: bool = False) -> None:
         self.ledger = ledger
+        self.prepay = prepay
         self._history: list[tuple[float, float, int]] = []
 
     @classmethod
@@ -85,6 +91,9 @@ class LedgerAccountant(IAccountant):  # type: ignore[misc]
         if self.ledger is not None:
             self.ledger.charge_steps(noise_multiplier=noise_multiplier,
                                      sampling_rate=sample_rate, computed=True)
+            if self.prepay:
+                self.ledger.prepay(noise_multiplier=noise_multiplier,
+                                   sampling_rate=sample_rate)
             return
         if self._history and self._history[-1][:2] == (noise_multiplier, sample_rate):
             sigma, q, k = self._history[-1]
@@ -224,12 +233,14 @@ class GuardedPrivacyEngine(PrivacyEngine):  # type: ignore[misc]
         return super().make_private_with_epsilon(*args, **kwargs)
 
 
-def privacy_engine(ledger: TrainingLedger, *, secure_mode: bool = False) -> GuardedPrivacyEngine:
+def privacy_engine(ledger: TrainingLedger, *, secure_mode: bool = False,
+                   prepay: bool = False) -> GuardedPrivacyEngine:
     """A `GuardedPrivacyEngine` whose accountant charges ``ledger`` before every step.
 
     ``secure_mode`` is Opacus' own (a cryptographically secure noise generator; Opacus
-    warns when it is off, as it is by default).
+    warns when it is off, as it is by default). ``prepay=True`` charges each next step
+    while the current one computes (`LedgerAccountant`).
     """
     engine = GuardedPrivacyEngine(accountant=MECHANISM, secure_mode=secure_mode)
-    engine.accountant = LedgerAccountant(ledger)
+    engine.accountant = LedgerAccountant(ledger, prepay=prepay)
     return engine

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from fractions import Fraction
 from typing import Any
 
@@ -211,6 +212,8 @@ class TrainingLedger:
         self._planned: tuple[Subsampled, int] | None = None
         self._plan_fits = False
         self._last_step: tuple[tuple[Any, Any], Subsampled] | None = None
+        self._ahead: tuple[tuple[Any, Any], Future[None]] | None = None
+        self._executor: ThreadPoolExecutor | None = None
         if isinstance(ledger, Accountant):
             if ledger.relation is not Relation.ADD_REMOVE:
                 raise ConfigError(
@@ -348,7 +351,8 @@ class TrainingLedger:
 
     @property
     def steps_taken(self) -> int:
-        """Steps admitted so far, in this process and before a restart."""
+        """Steps admitted so far, in this process and before a restart (a step paid
+        ahead with `prepay` counts once its charge is durable; see `steps_applied`)."""
         return self._taken
 
     @property
@@ -397,6 +401,49 @@ class TrainingLedger:
         n = check_count(steps, "steps")
         if n > MAX_PLANNED_STEPS:
             raise InvalidCostError("steps", n, f"more than {MAX_PLANNED_STEPS} in one charge")
+        if self._ahead is not None:
+            key, future = self._ahead
+            self._ahead = None
+            future.result()  # durable before the step is applied, or its refusal raised
+            if n == 1 and key == (noise_multiplier, sampling_rate):
+                return  # this step was paid ahead
+            # Paid ahead for other values: that charge stays (never refunded).
+        self._charge(noise_multiplier, sampling_rate, n, computed)
+
+    def prepay(self, *, noise_multiplier: Any, sampling_rate: Any) -> None:
+        """Charge the next step now, durably, in a background thread.
+
+        The next `charge_steps` of one step with the same values waits for that charge
+        to be durable (or raises its refusal: nothing recorded) instead of charging
+        again, so the durable append overlaps whatever runs in between (the device's
+        forward and backward pass). At most one step is paid ahead; a run that stops
+        (or crashes) after a prepay has one charged step that never ran (charges are
+        never refunded). `steps_taken` counts it once durable; `steps_applied` does not.
+
+        Raises:
+            InvalidCostError: Bad numbers (checked here, before the thread starts).
+        """
+        if self._ahead is not None:
+            return
+        self._step(noise_multiplier, sampling_rate)  # validate in the caller's thread
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1,
+                                                thread_name_prefix="dpaccount-prepay")
+        future = self._executor.submit(self._charge, noise_multiplier, sampling_rate, 1, True)
+        self._ahead = ((noise_multiplier, sampling_rate), future)
+
+    @property
+    def steps_applied(self) -> int:
+        """`steps_taken` less a step paid ahead (`prepay`) and not yet consumed: the
+        steps a model saved now has applied. Waits for a pending prepay."""
+        if self._ahead is None:
+            return self._taken
+        if wait([self._ahead[1]]).done and self._ahead[1].exception() is None:
+            return self._taken - 1
+        return self._taken
+
+    def _charge(self, noise_multiplier: Any, sampling_rate: Any, n: int,
+                computed: bool) -> None:
         acct = self.start(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
         step = self._step(noise_multiplier, sampling_rate)
         charge = step if n == 1 else Repeated(step, n)
@@ -466,7 +513,14 @@ class TrainingLedger:
         return epsilon_bounds_of_history(self.history, delta)
 
     def close(self) -> None:
-        """Close the ledger's store."""
+        """Close the ledger's store (after a pending `prepay` has finished; its refusal,
+        if any, is dropped: it recorded nothing)."""
+        if self._ahead is not None:
+            wait([self._ahead[1]])
+            self._ahead = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         if self._acct is not None:
             self._acct.store.close()
 
