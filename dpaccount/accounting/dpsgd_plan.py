@@ -46,7 +46,7 @@ from typing import Any
 
 import attrs
 
-from dpaccount._numeric import check_count, float_down
+from dpaccount._numeric import check_count, check_positive, float_down
 from dpaccount.accounting.dpsgd import dpsgd_step_charge
 from dpaccount.accounting.pld import DEFAULT_INTERVAL, PLDRule, PrivacyLossDistribution
 from dpaccount.accounting.rdp import sgm_epsilon
@@ -147,7 +147,8 @@ def plan_dpsgd_steps(*, noise_multiplier: Any, sampling_rate: Any, budget: Any,
     if not isinstance(inner, GaussianCharge):  # pragma: no cover - dpsgd_step_charge's
         raise ConfigError("a DP-SGD step is a subsampled Gaussian")
     sigma, q = inner.sigma, step.rate
-    interval = float(value_discretization_interval)
+    interval = float(check_positive(value_discretization_interval,
+                                    "value_discretization_interval"))
     key = (sigma, q, the_budget.delta, the_budget.epsilon, interval, most)
     cached = _CACHE.get(key)
     if cached is not None:

@@ -138,6 +138,8 @@ def test_no_step_fits_pure_dp_or_a_tiny_budget() -> None:
         {"budget": (math.inf, DELTA)},
         {"budget": (1, 1.0)},
         {"noise_multiplier": True},
+        {"value_discretization_interval": math.nan},
+        {"value_discretization_interval": 0},
     ],
 )
 def test_bad_numbers_are_refused_before_any_evaluation(
