@@ -15,8 +15,14 @@ The framework modules import their framework when they are imported, and raise a
 
 from dpaccount.integrations.training import (
     TrainingLedger,
+    epsilon_bounds_of_history,
     epsilon_of_history,
     max_planned_steps,
 )
 
-__all__ = ["TrainingLedger", "epsilon_of_history", "max_planned_steps"]
+__all__ = [
+    "TrainingLedger",
+    "epsilon_bounds_of_history",
+    "epsilon_of_history",
+    "max_planned_steps",
+]

@@ -4,7 +4,13 @@ A training loop compiled with ``jax.lax.scan`` runs many steps in one call, so t
 cannot sit between two steps. `scan_steps` charges a chunk of k steps as one ``Repeated``
 record **before** the compiled scan of k steps starts, and shrinks the last chunks to what
 the budget still admits (`TrainingLedger.chunks`), so the run stops inside its budget
-without a refused step. Each distinct chunk length is compiled once.
+without a refused step. Each distinct chunk length of a body is compiled once, and kept
+for later calls with the same body function (a resumed run, the next epoch).
+
+JAX dispatches a compiled call asynchronously, so the durable charge of chunk k + 1 is
+made while chunk k computes; chunk k + 1 is dispatched only once its record is durable.
+A crash can therefore lose at most the one chunk charged ahead (charges are never
+refunded).
 
 What the body must do is DP-SGD as the charge describes it: sample each example with
 probability ``sampling_rate`` (Poisson), clip per-example gradients to norm C, and add
@@ -16,6 +22,7 @@ Install: ``pip install "dpaccount[jax]"`` (CPU ``jax`` and ``jaxlib``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +37,12 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
     raise missing_extra("jax", "jax") from error
 
 __all__ = ["ScanResult", "scan_steps"]
+
+#: The compiled scans of each body, by chunk length: a later call with the same body
+#: (a resumed run, the next epoch) reuses them instead of compiling again.
+_COMPILED: weakref.WeakKeyDictionary[Any, dict[int, Callable[[Any], tuple[Any, Any]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @attrs.frozen
@@ -78,7 +91,10 @@ def scan_steps(
 
         return jax.jit(run_chunk)
 
-    compiled: dict[int, Callable[[Any], tuple[Any, Any]]] = {}
+    try:
+        compiled = _COMPILED.setdefault(body, {})
+    except TypeError:  # a body that cannot be weakly referenced: compiled for this call
+        compiled = {}
     outputs: list[Any] = []
     steps = 0
     for length in run.chunks(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate,

@@ -20,8 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpaccount.errors import ConfigError, LedgerCorruptError, missing_extra
-from dpaccount.integrations.training import TrainingLedger, epsilon_of_history
+from dpaccount._numeric import check_delta, check_positive
+from dpaccount.errors import ConfigError, InvalidCostError, LedgerCorruptError, missing_extra
+from dpaccount.integrations.training import (
+    TrainingLedger,
+    epsilon_bounds_of_history,
+    epsilon_of_history,
+)
 
 try:
     from opacus import PrivacyEngine
@@ -45,10 +50,16 @@ class LedgerAccountant(IAccountant):  # type: ignore[misc]
 
     Args:
         ledger: A `TrainingLedger` (or None: history in memory only).
+        prepay: After each admitted step, charge the next one in a background thread
+            (`TrainingLedger.prepay`), so that its durable append overlaps the next
+            forward and backward pass; each step is still applied only once its record
+            is durable. At most one charged step never runs (the one paid ahead when
+            training stops).
     """
 
-    def __init__(self, ledger: TrainingLedger | None = None) -> None:
+    def __init__(self, ledger: TrainingLedger | None = None, *, prepay: bool = False) -> None:
         self.ledger = ledger
+        self.prepay = prepay
         self._history: list[tuple[float, float, int]] = []
 
     @classmethod
@@ -80,6 +91,9 @@ class LedgerAccountant(IAccountant):  # type: ignore[misc]
         if self.ledger is not None:
             self.ledger.charge_steps(noise_multiplier=noise_multiplier,
                                      sampling_rate=sample_rate, computed=True)
+            if self.prepay:
+                self.ledger.prepay(noise_multiplier=noise_multiplier,
+                                   sampling_rate=sample_rate)
             return
         if self._history and self._history[-1][:2] == (noise_multiplier, sample_rate):
             sigma, q, k = self._history[-1]
@@ -88,8 +102,27 @@ class LedgerAccountant(IAccountant):  # type: ignore[misc]
             self._history.append((noise_multiplier, sample_rate, 1))
 
     def get_epsilon(self, delta: float, *args: Any, **kwargs: Any) -> float:
-        """Certified epsilon at ``delta`` of the steps so far (PLD, rounded up)."""
+        """Certified epsilon at ``delta`` of the steps so far (PLD, rounded up).
+
+        This is the number the ledger enforces: a proven upper bound, floating-point
+        error included. Opacus' ``PRVAccountant`` returns the upper end of an *estimate*
+        (Gopi, Lee and Wutschitz 2021) widened by its a-priori error allowance
+        (``eps_error=0.01`` at ``delta - delta / 1000``), so it can read above this one;
+        see `epsilon_bounds` for the interval the exact epsilon lies in.
+        """
         return epsilon_of_history(self.history, delta)
+
+    def epsilon_bounds(self, delta: float) -> tuple[float, float]:
+        """(lower, upper) epsilon at ``delta`` of the steps so far.
+
+        ``upper`` is `get_epsilon` (certified). ``lower`` comes from the same privacy
+        loss distribution's optimistic discretisation, and the dominating pair is
+        attained by a worst-case model and dataset, so no accountant that knows only
+        (sigma, q, steps) can certify less (`epsilon_bounds_of_history`). The exact
+        epsilon lies in between; an accountant reporting more than ``upper`` is looser,
+        one reporting less than ``lower`` is wrong.
+        """
+        return epsilon_bounds_of_history(self.history, delta)
 
     def __len__(self) -> int:
         return sum(k for _s, _q, k in self.history)
@@ -139,19 +172,46 @@ if _ACCOUNTANTS.get(MECHANISM) is not LedgerAccountant:  # pragma: no cover - de
     raise ImportError("could not register the dpaccount accountant with Opacus")
 
 
+def _check_wrapping(kwargs: dict[str, Any], poisson_sampling: bool) -> None:
+    """Refuse what the accounting does not cover, before anything is wrapped or charged.
+
+    Raises:
+        ConfigError: ``poisson_sampling=False``, adaptive clipping, an empty data loader.
+        InvalidCostError: A clipping norm that is not a positive finite number.
+    """
+    if not poisson_sampling:
+        raise ConfigError(
+            "poisson_sampling=False is not covered by the accounting (it assumes "
+            "Poisson sampling, Mironov, Talwar and Zhang 2019); keep the default"
+        )
+    if kwargs.get("clipping", "flat") == "adaptive":
+        raise ConfigError(
+            "clipping='adaptive' spends privacy on the clipping bound that the DP-SGD "
+            "step charge does not hold; use 'flat' or 'per_layer'"
+        )
+    norms = kwargs.get("max_grad_norm")
+    for norm in norms if isinstance(norms, (list, tuple)) else [norms]:
+        check_positive(norm, "max_grad_norm")
+    loader = kwargs.get("data_loader")
+    if loader is not None and len(loader) == 0:
+        raise ConfigError("the data loader is empty: its sampling rate 1 / len(loader) "
+                          "is undefined")
+
+
 class GuardedPrivacyEngine(PrivacyEngine):  # type: ignore[misc]
     """Opacus' ``PrivacyEngine`` with a ledger-backed accountant.
 
-    Refuses ``poisson_sampling=False`` (shuffled fixed-size batches are not what the
-    Poisson-subsampled Gaussian's theorem covers) before anything is wrapped.
+    Before anything is wrapped (and before anything is charged) it refuses what the
+    DP-SGD step charge does not describe: ``poisson_sampling=False`` (shuffled
+    fixed-size batches are not what the Poisson-subsampled Gaussian's theorem covers),
+    adaptive clipping, a noise multiplier or clipping norm that is not a positive finite
+    number (NaN included), an empty data loader, and a target epsilon, delta or number
+    of epochs that is not valid.
     """
 
     def make_private(self, *args: Any, poisson_sampling: bool = True, **kwargs: Any) -> Any:
-        if not poisson_sampling:
-            raise ConfigError(
-                "poisson_sampling=False is not covered by the accounting (it assumes "
-                "Poisson sampling, Mironov, Talwar and Zhang 2019); keep the default"
-            )
+        _check_wrapping(kwargs, poisson_sampling)
+        check_positive(kwargs.get("noise_multiplier"), "noise_multiplier")
         return super().make_private(*args, poisson_sampling=True, **kwargs)
 
     def make_private_with_epsilon(self, *args: Any, **kwargs: Any) -> Any:
@@ -161,15 +221,26 @@ class GuardedPrivacyEngine(PrivacyEngine):  # type: ignore[misc]
                 "make_private(noise_multiplier=engine.accountant.history[-1][0], ...) so "
                 "that the remaining steps keep the plan's noise"
             )
+        _check_wrapping(kwargs, kwargs.get("poisson_sampling", True))
+        target = check_positive(kwargs.get("target_epsilon"), "target_epsilon")
+        if target > 10**6:
+            raise InvalidCostError("target_epsilon", kwargs.get("target_epsilon"),
+                                   "must be at most 1e6")
+        delta = check_delta(kwargs.get("target_delta"), "target_delta")
+        if delta == 0:
+            raise InvalidCostError("target_delta", 0, "must be > 0 for DP-SGD")
+        check_positive(kwargs.get("epochs"), "epochs")
         return super().make_private_with_epsilon(*args, **kwargs)
 
 
-def privacy_engine(ledger: TrainingLedger, *, secure_mode: bool = False) -> GuardedPrivacyEngine:
+def privacy_engine(ledger: TrainingLedger, *, secure_mode: bool = False,
+                   prepay: bool = False) -> GuardedPrivacyEngine:
     """A `GuardedPrivacyEngine` whose accountant charges ``ledger`` before every step.
 
     ``secure_mode`` is Opacus' own (a cryptographically secure noise generator; Opacus
-    warns when it is off, as it is by default).
+    warns when it is off, as it is by default). ``prepay=True`` charges each next step
+    while the current one computes (`LedgerAccountant`).
     """
     engine = GuardedPrivacyEngine(accountant=MECHANISM, secure_mode=secure_mode)
-    engine.accountant = LedgerAccountant(ledger)
+    engine.accountant = LedgerAccountant(ledger, prepay=prepay)
     return engine

@@ -34,14 +34,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from fractions import Fraction
 from typing import Any
 
 from dpaccount._numeric import check_count, check_delta, float_down, float_up
 from dpaccount.accountant import Accountant
 from dpaccount.accounting.dpsgd import dpsgd_step_charge
-from dpaccount.accounting.pld import DEFAULT_INTERVAL, PLDRule, compose_plan
-from dpaccount.accounting.rdp import sgm_epsilon
+from dpaccount.accounting.dpsgd_plan import MAX_PLAN_STEPS, plan_dpsgd_steps
+from dpaccount.accounting.pld import DEFAULT_INTERVAL, compose_plan
 from dpaccount.charges import (
     GaussianCharge,
     Relation,
@@ -50,7 +51,7 @@ from dpaccount.charges import (
     Subsampled,
     cost_of,
 )
-from dpaccount.costs import Budget, PrivacyCost, as_budget
+from dpaccount.costs import PrivacyCost, as_budget
 from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
@@ -62,12 +63,17 @@ from dpaccount.errors import (
 from dpaccount.ledgers import open_ledger, open_store
 from dpaccount.records import LedgerMeta, LedgerRecord
 
-__all__ = ["TrainingLedger", "epsilon_of_history", "max_planned_steps"]
+__all__ = [
+    "TrainingLedger",
+    "epsilon_bounds_of_history",
+    "epsilon_of_history",
+    "max_planned_steps",
+]
 
 #: The label of every step record a `TrainingLedger` writes.
 STEP_LABEL = "dp-sgd step"
-#: The most steps a plan searched for by `max_planned_steps` may hold.
-MAX_PLANNED_STEPS = 10**7
+#: The most steps a plan may hold (searched or declared): `MAX_PLAN_STEPS`.
+MAX_PLANNED_STEPS = MAX_PLAN_STEPS
 
 
 def _step_parameters(charge: Any) -> tuple[Fraction, Fraction, int] | None:
@@ -85,67 +91,20 @@ def _step_parameters(charge: Any) -> tuple[Fraction, Fraction, int] | None:
     return None
 
 
-def _plan_fits(step: Subsampled, k: int, budget: Budget) -> bool:
-    rule = PLDRule((step, k), budget=budget)
-    return rule.admits(rule.extend(rule.start(), Repeated(step, k)), budget)
-
-
-def _rdp_steps(step: Subsampled, budget: Budget) -> int:
-    """The most steps the (cheap, looser) integer-order RDP bound admits; 0 if none."""
-    if budget.delta == 0 or budget.epsilon is None:
-        return 0
-    cap = float_down(budget.epsilon)
-    sigma, q, _count = _step_parameters(step) or (Fraction(0), Fraction(0), 0)
-
-    def fits(k: int) -> bool:
-        try:
-            return sgm_epsilon(q, sigma, k, budget.delta, refine=False) <= cap
-        except InvalidCostError:
-            return False
-
-    if not fits(1):
-        return 0
-    lo, hi = 1, 2
-    while fits(hi):
-        lo, hi = hi, hi * 2
-        if hi > MAX_PLANNED_STEPS:
-            return MAX_PLANNED_STEPS
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
 def max_planned_steps(*, noise_multiplier: Any, sampling_rate: Any, budget: Any) -> int:
     """The largest number of DP-SGD steps whose PLD plan fits ``budget`` (0 if none).
 
     The same test as the ``pld`` rule's (its certified epsilon at the budget's delta),
-    searched by bisection. Depends on public numbers only.
+    found in a few evaluations by `plan_dpsgd_steps` (see there for the search, its
+    cache and the cap `MAX_PLANNED_STEPS`). Depends on public numbers only.
 
     Examples:
         >>> max_planned_steps(noise_multiplier=1.0, sampling_rate=0.01,
         ...                   budget=(1, "1e-5"))
         254
     """
-    the_budget = as_budget(budget)
-    step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
-    if not _plan_fits(step, 1, the_budget):
-        return 0
-    lo = max(1, _rdp_steps(step, the_budget))  # RDP is looser: a count that fits
-    if not _plan_fits(step, lo, the_budget):  # pragma: no cover - defensive
-        lo = 1
-    hi = lo + max(1, lo // 4)
-    while _plan_fits(step, hi, the_budget):
-        lo, hi = hi, hi * 2
-        if hi > MAX_PLANNED_STEPS:
-            return MAX_PLANNED_STEPS
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if _plan_fits(step, mid, the_budget):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return plan_dpsgd_steps(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate,
+                            budget=budget).steps
 
 
 def epsilon_of_history(history: list[tuple[Any, Any, int]], delta: Any, *,
@@ -181,6 +140,45 @@ def epsilon_of_history(history: list[tuple[Any, Any, int]], delta: Any, *,
     return float_up(high)
 
 
+def epsilon_bounds_of_history(history: list[tuple[Any, Any, int]], delta: Any, *,
+                              value_discretization_interval: Any = DEFAULT_INTERVAL
+                              ) -> tuple[float, float]:
+    """(lower, upper) epsilon at ``delta`` of the steps in ``history`` ((sigma, q, count)).
+
+    ``upper`` is `epsilon_of_history`'s certified bound (the pessimistic, "connect the
+    dots" discretisation of Doroshenko, Ghazi, Kamath, Kumar and Manurangsi 2022, with
+    floating-point error added to delta), rounded up; inf if no finite epsilon reaches
+    ``delta``. ``lower`` comes from the *same* PLD's optimistic discretisation (the
+    output binned by its loss, losses rounded down: post-processing of the dominating
+    pair, so its hockey-stick divergence is at most the pair's; Meiser and Mohammadi
+    2018), rounded down. The dominating pair of a Poisson-subsampled Gaussian step is
+    attained by a pair of neighbouring datasets (the differing example's clipped
+    gradient of norm exactly C, every other one 0: Koskela, Jalko and Honkela 2020,
+    Sec. 6; Zhu, Dong and Wang 2022, Sec. 5), so for the worst-case model and data no
+    accountant that knows only (sigma, q, steps) can certify an epsilon below ``lower``:
+    the exact epsilon lies in [lower, upper]. Costs two PLD compositions (both
+    discretisations).
+
+    Examples:
+        >>> low, high = epsilon_bounds_of_history([(1.0, 0.01, 100)], 1e-5)
+        >>> 0.7 < low <= high < 0.75 and high - low < 0.01
+        True
+    """
+    d = check_delta(delta, "delta")
+    plan = [
+        Repeated(dpsgd_step_charge(noise_multiplier=sigma, sampling_rate=q), count)
+        for sigma, q, count in history
+        if count > 0
+    ]
+    if not plan:
+        return 0.0, 0.0
+    pld = compose_plan(plan, relation=Relation.ADD_REMOVE,
+                       value_discretization_interval=value_discretization_interval,
+                       lower=True)
+    low, high = pld.epsilon(d)
+    return float_down(low), (math.inf if high is None else float_up(high))
+
+
 class TrainingLedger:
     """The privacy budget of one training run, charged step by step before use.
 
@@ -212,13 +210,17 @@ class TrainingLedger:
         self._url: str | None = None
         self._acct: Accountant | None = None
         self._planned: tuple[Subsampled, int] | None = None
+        self._plan_fits = False
+        self._last_step: tuple[tuple[Any, Any], Subsampled] | None = None
+        self._ahead: tuple[tuple[Any, Any], Future[None]] | None = None
+        self._executor: ThreadPoolExecutor | None = None
         if isinstance(ledger, Accountant):
             if ledger.relation is not Relation.ADD_REMOVE:
                 raise ConfigError(
                     "DP-SGD steps are accounted under add/remove neighbours (Poisson "
                     f"sampling); this accountant's relation is {ledger.relation.value!r}"
                 )
-            self._acct = ledger
+            self._acct, self._name = ledger, ledger.name
             self._taken = self._count_taken()
             return
         if budget is None:
@@ -227,6 +229,11 @@ class TrainingLedger:
             raise ConfigError(f"unknown training rule {rule!r}; use 'pld' or 'rdp'")
         self._url, self._name, self._budget, self._rule = ledger, name, as_budget(budget), rule
         self._steps = None if steps is None else check_count(steps, "steps")
+        if self._steps is not None and self._steps > MAX_PLANNED_STEPS:
+            raise ConfigError(
+                f"a plan holds at most {MAX_PLANNED_STEPS} steps (one PLD evaluation of "
+                "more would not fit in memory); split a longer run over ledgers"
+            )
         self._taken = self._count_taken()
         if rule == "rdp":
             self._acct = open_ledger(ledger, name=name, budget=self._budget, rule="rdp")
@@ -287,25 +294,48 @@ class TrainingLedger:
         """Open (or create) the ledger for steps of this sigma and q; idempotent.
 
         With the ``pld`` rule this is where the plan is fixed (and, for a new ledger with
-        ``steps=None``, searched: a second or so, once).
+        ``steps=None``, searched by `plan_dpsgd_steps`: 2 to 3 certified PLD evaluations,
+        and the ledger is opened on the rule the search composed).
         """
         if self._acct is not None:
             return self._acct
         assert self._url is not None
-        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        step = self._step(noise_multiplier, sampling_rate)
         planned = self._stored_plan(step)
+        rule: Any = None
         if planned is None:
-            planned = self._steps if self._steps is not None else max_planned_steps(
-                noise_multiplier=noise_multiplier, sampling_rate=sampling_rate,
-                budget=self._budget,
-            )
+            if self._steps is not None:
+                planned = self._steps
+            else:
+                searched = plan_dpsgd_steps(noise_multiplier=noise_multiplier,
+                                            sampling_rate=sampling_rate, budget=self._budget)
+                planned, rule = searched.steps, searched.rule
         if planned == 0:
             self._refuse(step, 1, computed=False, accountant=None)
-        self._acct = open_ledger(self._url, name=self._name, budget=self._budget,
-                                 rule="pld", plan=(step, planned))
+        if rule is not None:  # the search's rule, already composed: no second evaluation
+            self._acct = open_ledger(self._url, name=self._name, budget=self._budget,
+                                     rule=rule)
+        else:
+            self._acct = open_ledger(self._url, name=self._name, budget=self._budget,
+                                     rule="pld", plan=(step, planned))
         self._planned = (step, planned)
+        rule = self._acct.rule  # the whole plan's total is precomputed: an O(1) check
+        self._plan_fits = rule.admits(rule.extend(rule.start(), Repeated(step, planned)),
+                                      self._acct.budget)
         self._taken = self._count_taken()
         return self._acct
+
+    def _step(self, noise_multiplier: Any, sampling_rate: Any) -> Subsampled:
+        """The step charge of this sigma and q, validated once: the last one is kept for
+        the same two floats (a NaN never equals itself, so it is validated, and refused,
+        every time)."""
+        key = (noise_multiplier, sampling_rate)
+        if (self._last_step is not None and type(noise_multiplier) is float
+                and type(sampling_rate) is float and self._last_step[0] == key):
+            return self._last_step[1]
+        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        self._last_step = (key, step)
+        return step
 
     # -- charging ----------------------------------------------------------------------
 
@@ -315,8 +345,14 @@ class TrainingLedger:
         return self._acct
 
     @property
+    def ledger_name(self) -> str:
+        """The ledger's name (what checkpoints record, with `steps_taken`)."""
+        return self._name
+
+    @property
     def steps_taken(self) -> int:
-        """Steps admitted so far, in this process and before a restart."""
+        """Steps admitted so far, in this process and before a restart (a step paid
+        ahead with `prepay` counts once its charge is durable; see `steps_applied`)."""
         return self._taken
 
     @property
@@ -331,9 +367,17 @@ class TrainingLedger:
         return self._history_of(self._stored()[1])
 
     def steps_left(self, *, noise_multiplier: Any, sampling_rate: Any) -> int | None:
-        """How many more steps of this sigma and q are admitted now (None: unbounded)."""
+        """How many more steps of this sigma and q are admitted now (None: unbounded).
+
+        For a ``pld`` plan whose whole length fits (checked once, when the run starts) it
+        is the plan's length less the steps taken, in O(1); otherwise the accountant
+        searches (`Accountant.max_queries`). Either way each charge is still checked by
+        the ledger's rule.
+        """
         acct = self.start(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
-        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        step = self._step(noise_multiplier, sampling_rate)
+        if self._planned is not None and self._plan_fits and step == self._planned[0]:
+            return max(0, self._planned[1] - self._taken)
         return acct.max_queries(step)
 
     def charge_steps(self, *, noise_multiplier: Any, sampling_rate: Any, steps: int = 1,
@@ -351,10 +395,57 @@ class TrainingLedger:
             StepRefusedError: The steps do not fit; nothing was recorded.
             UnsupportedChargeError: The ledger's rule cannot take them (another sigma or
                 q than a ``pld`` ledger's plan).
+            InvalidCostError: sigma <= 0, q outside (0, 1], NaN or infinite numbers, or
+                more than `MAX_PLANNED_STEPS` steps at once; nothing was recorded.
         """
         n = check_count(steps, "steps")
+        if n > MAX_PLANNED_STEPS:
+            raise InvalidCostError("steps", n, f"more than {MAX_PLANNED_STEPS} in one charge")
+        if self._ahead is not None:
+            key, future = self._ahead
+            self._ahead = None
+            future.result()  # durable before the step is applied, or its refusal raised
+            if n == 1 and key == (noise_multiplier, sampling_rate):
+                return  # this step was paid ahead
+            # Paid ahead for other values: that charge stays (never refunded).
+        self._charge(noise_multiplier, sampling_rate, n, computed)
+
+    def prepay(self, *, noise_multiplier: Any, sampling_rate: Any) -> None:
+        """Charge the next step now, durably, in a background thread.
+
+        The next `charge_steps` of one step with the same values waits for that charge
+        to be durable (or raises its refusal: nothing recorded) instead of charging
+        again, so the durable append overlaps whatever runs in between (the device's
+        forward and backward pass). At most one step is paid ahead; a run that stops
+        (or crashes) after a prepay has one charged step that never ran (charges are
+        never refunded). `steps_taken` counts it once durable; `steps_applied` does not.
+
+        Raises:
+            InvalidCostError: Bad numbers (checked here, before the thread starts).
+        """
+        if self._ahead is not None:
+            return
+        self._step(noise_multiplier, sampling_rate)  # validate in the caller's thread
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1,
+                                                thread_name_prefix="dpaccount-prepay")
+        future = self._executor.submit(self._charge, noise_multiplier, sampling_rate, 1, True)
+        self._ahead = ((noise_multiplier, sampling_rate), future)
+
+    @property
+    def steps_applied(self) -> int:
+        """`steps_taken` less a step paid ahead (`prepay`) and not yet consumed: the
+        steps a model saved now has applied. Waits for a pending prepay."""
+        if self._ahead is None:
+            return self._taken
+        if wait([self._ahead[1]]).done and self._ahead[1].exception() is None:
+            return self._taken - 1
+        return self._taken
+
+    def _charge(self, noise_multiplier: Any, sampling_rate: Any, n: int,
+                computed: bool) -> None:
         acct = self.start(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
-        step = dpsgd_step_charge(noise_multiplier=noise_multiplier, sampling_rate=sampling_rate)
+        step = self._step(noise_multiplier, sampling_rate)
         charge = step if n == 1 else Repeated(step, n)
         if self._planned is not None:
             planned_step, planned = self._planned
@@ -416,8 +507,20 @@ class TrainingLedger:
         """Certified epsilon at ``delta`` of the steps admitted so far (PLD, rounded up)."""
         return epsilon_of_history(self.history, delta)
 
+    def epsilon_bounds(self, delta: Any) -> tuple[float, float]:
+        """(lower, upper) epsilon at ``delta`` of the steps so far: upper is certified
+        (`epsilon`), lower is what no accountant can beat (`epsilon_bounds_of_history`)."""
+        return epsilon_bounds_of_history(self.history, delta)
+
     def close(self) -> None:
-        """Close the ledger's store."""
+        """Close the ledger's store (after a pending `prepay` has finished; its refusal,
+        if any, is dropped: it recorded nothing)."""
+        if self._ahead is not None:
+            wait([self._ahead[1]])
+            self._ahead = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         if self._acct is not None:
             self._acct.store.close()
 

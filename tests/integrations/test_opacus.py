@@ -6,6 +6,7 @@ Skipped without Opacus (install ``torch==2.13.0`` first, then ``dpaccount[opacus
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -19,7 +20,12 @@ from opacus import PrivacyEngine
 from torch.utils.data import DataLoader, TensorDataset
 
 from dpaccount.accounting import dpsgd_epsilon
-from dpaccount.errors import ConfigError, LedgerCorruptError, StepRefusedError
+from dpaccount.errors import (
+    ConfigError,
+    InvalidCostError,
+    LedgerCorruptError,
+    StepRefusedError,
+)
 from dpaccount.integrations import TrainingLedger, max_planned_steps
 from dpaccount.integrations.opacus import LedgerAccountant, privacy_engine
 
@@ -179,3 +185,96 @@ def test_plain_privacy_engine_accepts_the_registered_name() -> None:
     assert abs(ours - theirs) / theirs < 0.02
     with pytest.raises(ConfigError, match="cannot be set"):
         LedgerAccountant(TrainingLedger("memory://", budget=1)).history = []
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ({"noise_multiplier": math.nan}, InvalidCostError),
+        ({"noise_multiplier": 0.0}, InvalidCostError),
+        ({"noise_multiplier": -1.0}, InvalidCostError),
+        ({"max_grad_norm": math.nan}, InvalidCostError),
+        ({"max_grad_norm": 0.0}, InvalidCostError),
+        ({"max_grad_norm": [1.0, math.inf]}, InvalidCostError),
+        ({"poisson_sampling": False}, ConfigError),
+        ({"clipping": "adaptive"}, ConfigError),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_is_wrapped(bad, error) -> None:  # type: ignore[no-untyped-def]
+    run = TrainingLedger("memory://", budget=BUDGET)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    args = {"module": module, "optimizer": optimizer, "data_loader": loader,
+            "noise_multiplier": 1.0, "max_grad_norm": 1.0, **bad}
+    with pytest.raises(error):
+        engine.make_private(**args)
+    assert not hasattr(module, "_module") and run.steps_taken == 0 and run.accountant is None
+    assert all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"target_epsilon": math.nan}, {"target_epsilon": 0}, {"target_epsilon": 1e300},
+     {"target_delta": 0}, {"target_delta": 1.5}, {"epochs": 0}, {"epochs": math.nan},
+     {"poisson_sampling": False}],
+)
+def test_bad_targets_are_refused_before_calibration(bad) -> None:  # type: ignore[no-untyped-def]
+    run = TrainingLedger("memory://", budget=BUDGET)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    args = {"module": module, "optimizer": optimizer, "data_loader": loader,
+            "target_epsilon": 2.0, "target_delta": 1e-5, "epochs": 1, "max_grad_norm": 1.0,
+            **bad}
+    with pytest.raises((InvalidCostError, ConfigError)):
+        engine.make_private_with_epsilon(**args)
+    assert run.steps_taken == 0 and run.accountant is None
+
+
+@pytest.mark.parametrize("sigma", [0.0, math.nan])
+def test_a_bad_noise_multiplier_set_mid_run_is_refused_with_the_model_untouched(
+    sigma: float,
+) -> None:
+    # 0: no noise at all; the hook refuses it (typed) and drops the gradient. NaN: torch
+    # refuses to draw the noise (RuntimeError) before the hook runs; nothing is applied.
+    run = TrainingLedger("memory://", budget=BUDGET)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private(
+        module=module, optimizer=optimizer, data_loader=loader,
+        noise_multiplier=2.0, max_grad_norm=1.0,
+    )
+    _train(model, optimizer, loader, epochs=1)
+    taken, records = run.steps_taken, list(run.accountant.records)  # type: ignore[union-attr]
+    optimizer.noise_multiplier = sigma
+    x, y = next(iter(loader))
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer.zero_grad()
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    with pytest.raises(InvalidCostError if sigma == 0 else RuntimeError):
+        optimizer.step()
+    for p, old in zip(model.parameters(), before, strict=True):
+        assert torch.equal(p.detach(), old)
+        assert p.grad is None or sigma != 0
+    assert run.steps_taken == taken and list(run.accountant.records) == records  # type: ignore[union-attr]
+
+
+def test_the_accountant_says_which_number_is_certified() -> None:
+    from opacus.accountants import PRVAccountant
+
+    run = TrainingLedger("memory://", budget=BUDGET)
+    engine = privacy_engine(run)
+    module, optimizer, loader = _setup()
+    model, optimizer, loader = engine.make_private_with_epsilon(
+        module=module, optimizer=optimizer, data_loader=loader,
+        target_epsilon=2.0, target_delta=1e-5, epochs=3, max_grad_norm=1.0,
+    )
+    _train(model, optimizer, loader, epochs=3)
+    low, high = engine.accountant.epsilon_bounds(1e-5)
+    assert high == engine.get_epsilon(1e-5) <= 2.0 and 0 < low <= high
+    prv = PRVAccountant()
+    prv.history = list(engine.accountant.history)
+    # PRV's number is its estimate's upper end, widened by eps_error = 0.01: no valid
+    # upper bound can be below our lower one, and it may read above our certified one.
+    assert prv.get_epsilon(1e-5) >= low
+    assert prv.get_epsilon(1e-5) <= high + 0.02
