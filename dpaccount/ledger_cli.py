@@ -240,10 +240,7 @@ def _collector_paused() -> Iterator[None]:
 def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False) -> _Loaded:
     """A verified ledger, opened read-only: settings, records, tip, settings history and
     (with ``rows``) the raw rows with their links."""
-    if args.url is None:
-        raise ConfigError("give the database URL (or, for verify, --export FILE)")
-    if str(args.url).lower().startswith("memory:"):
-        raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
+    _check_url(args)
     name = args.name if name is None else name
     store: Any = open_store(args.url, name=name, create=False, key=_key(args), read_only=True)
     try:
@@ -273,7 +270,15 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
         store.close()
 
 
+def _check_url(args: argparse.Namespace) -> None:
+    if args.url is None:
+        raise ConfigError("give the database URL (or, for verify, --export FILE)")
+    if str(args.url).lower().startswith("memory:"):
+        raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
+
+
 def _names(args: argparse.Namespace) -> list[str]:
+    _check_url(args)
     store: Any = open_store(args.url, name=args.name, create=False, key=_key(args),
                             read_only=True)
     try:
