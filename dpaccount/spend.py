@@ -268,8 +268,11 @@ class ShareAttribution:
 
 
 def _key(record: LedgerRecord) -> tuple[Any, ...]:
-    return (record.timestamp, record.label, record.query_id, record.cost.epsilon,
-            record.cost.delta)
+    """What a share's record and its ancestor's copy have in common (the cost as
+    integers: a Fraction's hash is slow to compute)."""
+    cost = record.cost
+    return (record.timestamp, record.label, record.query_id, cost.epsilon.numerator,
+            cost.epsilon.denominator, cost.delta.numerator, cost.delta.denominator)
 
 
 #: How many tie-breaking choices the exact matching may revisit before it settles for
@@ -292,6 +295,23 @@ def _latest(parent: Sequence[Any], child: Sequence[Any]) -> list[int] | None:
     return late if j < 0 else None
 
 
+def _unique(parent: Sequence[Any], where: Mapping[Any, int],
+            children: Sequence[Sequence[Any]]) -> list[int] | None:
+    """`_embed` where no two parent keys are equal (the usual case: times differ by a
+    microsecond at least; ``where`` maps each to its position): each child key has one
+    place, which must be free and after the child's previous one. None if one has
+    none."""
+    owner = [-1] * len(parent)
+    for c, child in enumerate(children):
+        last = -1
+        for key in child:
+            i = where.get(key, -1)
+            if i <= last or owner[i] != -1:
+                return None
+            owner[i], last = c, i
+    return owner
+
+
 def _embed(parent: Sequence[Any], children: Sequence[Sequence[Any]]) -> list[int] | None:
     """Which child (an index into ``children``, or -1 for none) each ``parent`` key
     belongs to, such that every child's keys are a subsequence of the parent's at
@@ -304,6 +324,9 @@ def _embed(parent: Sequence[Any], children: Sequence[Sequence[Any]]) -> list[int
     cost), and a branch is cut as soon as a child's next key is past the latest
     position where the rest of it could still fit (`_latest`).
     """
+    where = {key: i for i, key in enumerate(parent)}
+    if len(where) == len(parent):
+        return _unique(parent, where, children)
     late = []
     for child in children:
         bound = _latest(parent, child)
