@@ -17,6 +17,7 @@ through the one redaction, `dpaccount._redact.redact`).
 from __future__ import annotations
 
 import html
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -188,7 +189,9 @@ def _chart(spend: Spend, coordinate: str, budget: Fraction | None) -> str:
     def path(corners: Sequence[tuple[float, float]]) -> str:
         return " ".join(f"{x:.1f},{y_of(v):.1f}" for x, v in corners)
 
-    xs = [x_of(p.timestamp) for p in points]
+    # A record stamped before the one ahead of it (writers' clocks differ a little) is
+    # drawn at the time of the one ahead: the time axis never runs backwards.
+    xs = list(itertools.accumulate((x_of(p.timestamp) for p in points), max))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'role="img" aria-label="{coordinate} spent over time" class="chart-{coordinate}">',
              f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#fafafa" '
