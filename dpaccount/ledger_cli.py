@@ -291,15 +291,13 @@ def _family(args: argparse.Namespace, names: Sequence[str], rows: bool = False
             ) -> dict[str, _Loaded]:
     """The ledgers ``names`` and all their shares (ledgers whose parent is one of them,
     and so on down), each loaded and verified (``names`` with their rows if asked)."""
-    parents: dict[str, str | None] = {}
-    for name in _names(args):
-        store: Any = open_store(args.url, name=name, create=False, key=_key(args),
-                                read_only=True)
-        try:
-            meta = store.stored_meta()
-        finally:
-            store.close()
-        parents[name] = None if meta is None else meta.parent
+    _check_url(args)
+    store: Any = open_store(args.url, name=args.name, create=False, key=_key(args),
+                            read_only=True)
+    try:
+        parents = {name: meta.parent for name, meta in store.metas().items()}
+    finally:
+        store.close()
     wanted, grew = set(names), True
     while grew:
         below = {child for child, parent in parents.items() if parent in wanted}

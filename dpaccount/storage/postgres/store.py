@@ -336,6 +336,15 @@ class PostgresStore(PostgresHistory, PostgresRoles):
             ]
         )
 
+    def metas(self) -> dict[str, LedgerMeta]:
+        """Every ledger's stored settings, by name, in one read (how the auditor's view
+        finds a ledger's shares: their ``parent``)."""
+        rows = self._read(
+            lambda cur: cur.execute(
+                f"SELECT name, meta FROM {self._s}.ledgers ORDER BY name").fetchall()
+        )
+        return {stored_name(name): parse_meta(text) for name, text in rows}
+
     def verify(self, collect: list[LedgerRecord] | None = None, *,
                progress: Callable[[int, int | None], object] | None = None) -> LedgerTip:
         """Check the whole ledger: records, chain, cached tip and metadata history.
