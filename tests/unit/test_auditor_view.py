@@ -83,6 +83,15 @@ def _ledgers(url: str) -> dict[str, tuple[LedgerMeta, list[LedgerRecord]]]:
 def test_the_parent_names_the_share_behind_each_charge(url: str) -> None:
     _census(url)
     ledgers = _ledgers(url)
+    from dpaccount.ledgers import open_store
+
+    store = open_store(url, name="census", create=False, read_only=True)
+    try:  # every ledger's settings in one read: how the view finds the shares
+        assert {n: m.parent for n, m in store.metas().items()} == {  # type: ignore[attr-defined]
+            "census": None, "census/team-a": "census", "census/team-b": "census",
+            "census/team-a/nlp": "census/team-a"}
+    finally:
+        store.close()
     found = attribute_shares("census", ledgers)
     assert found.names == EXPECTED
     assert dict(found.unmatched) == {"census/team-a": 0, "census/team-b": 0}
