@@ -35,8 +35,9 @@ __all__ = ["GLOSSARY", "RULE_GLOSSARY", "html_report", "time_ticks"]
 GLOSSARY: Final = (
     ("ε (epsilon), δ (delta)",
      "How much the released answers can reveal about any one person (one privacy unit): "
-     "with probability at least 1 − δ, no result becomes more than e^ε times more or less "
-     "likely because of that person's data. Smaller is more private."),
+     "adding, removing or changing that person's data (see relation) changes the "
+     "probability of any outcome by at most a factor e^ε, plus at most δ, a small "
+     "probability with which that bound may be exceeded. Smaller is more private."),
     ("budget", "The most ε and δ a ledger may ever spend; a query that would go over it "
      "is refused before it runs."),
     ("relation add_remove", "Two data sets are neighbours when one has one person's records "

@@ -394,3 +394,14 @@ def test_a_share_record_missing_from_its_parent_is_counted_not_hidden() -> None:
     share = [record(0, 0, "a"), record(1, 1, "lost"), record(2, 2, "c")]
     found = attribute_shares("P", {"P": (metas["P"], parent), "A": (metas["A"], share)})
     assert found.names == ["A", "A"] and dict(found.unmatched) == {"A": 1}
+
+
+def test_the_image_report_by_share(sqlite_url: str, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    _census(sqlite_url)
+    path = tmp_path / "report.png"
+    assert run("report", sqlite_url, "--all", "--by", "share", "--output", str(path))[0] == 0
+    from PIL import Image
+
+    with Image.open(path) as image:  # four ledgers, one row each
+        assert image.height > 3 * image.width // 4
