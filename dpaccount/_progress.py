@@ -20,14 +20,15 @@ the caller chose) and counts records.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
-__all__ = ["Progress", "ProgressLine", "is_terminal"]
+__all__ = ["Progress", "ProgressLine", "is_terminal", "quiet", "stage", "with_progress"]
 
 #: What the library's long functions call: ``progress(done, total)``.
 Progress = Callable[[int, int | None], object]
@@ -115,3 +116,33 @@ class ProgressLine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- for the command line's handlers ---------------------------------------------------
+
+
+def with_progress(command: Callable[[argparse.Namespace], int]
+                  ) -> Callable[[argparse.Namespace], int]:
+    """``command`` with a `ProgressLine` (``args.progress``) while it runs, erased before
+    it returns or fails (so an error line starts on a clean line)."""
+
+    def run(args: argparse.Namespace) -> int:
+        with ProgressLine() as line:
+            args.progress = line
+            return command(args)
+
+    return run
+
+
+def stage(args: argparse.Namespace, what: str) -> Callable[[int, int | None], None] | None:
+    """A ``progress(done, total)`` callback for one step of a command (None outside
+    `with_progress`)."""
+    line: Any = getattr(args, "progress", None)
+    return None if line is None else line.stage(what)
+
+
+def quiet(args: argparse.Namespace) -> None:
+    """Erase the progress line before the command prints."""
+    line: Any = getattr(args, "progress", None)
+    if line is not None:
+        line.close()

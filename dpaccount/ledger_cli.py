@@ -50,7 +50,7 @@ from dpaccount._ledger_views import (
     up,
     write_csv,
 )
-from dpaccount._progress import ProgressLine
+from dpaccount._progress import quiet, stage, with_progress
 from dpaccount._redact import redact
 from dpaccount.audit import (
     attribute_shares,
@@ -103,7 +103,7 @@ def add_ledger_commands(subparsers: Any) -> None:
 
     listing = sub.add_parser("list", help="every ledger in a database: spent and remaining")
     common(listing)
-    listing.set_defaults(func=_with_progress(_list))
+    listing.set_defaults(func=with_progress(_list))
     show = sub.add_parser("show", help="the charges, what is spent and what remains")
     common(show)
     show.add_argument("--since", help="only charges at or after this UTC time (ISO 8601)")
@@ -112,20 +112,20 @@ def add_ledger_commands(subparsers: Any) -> None:
     show.add_argument("--summary", action="store_true",
                       help="a summary by label (or --by job) instead of every charge")
     grouping(show)
-    show.set_defaults(func=_with_progress(_show))
+    show.set_defaults(func=with_progress(_show))
     verify = sub.add_parser("verify", help="check records, hash chain, totals and budget")
     verify.add_argument("url", nargs="?", help="the database (or give --export)")
     verify.add_argument("--name", default="default", help="the ledger's name")
     verify.add_argument("--key-file", help="the key of a keyed ledger")
     verify.add_argument("--checkpoint", help="a head checkpoint file the chain must extend")
     verify.add_argument("--export", help="verify an export file offline, without a database")
-    verify.set_defaults(func=_with_progress(_verify))
+    verify.set_defaults(func=with_progress(_verify))
     checkpoint = sub.add_parser(
         "checkpoint", help="write a head checkpoint (length and last hash) of a verified ledger"
     )
     common(checkpoint)
     checkpoint.add_argument("--output", required=True, help="the checkpoint file to write")
-    checkpoint.set_defaults(func=_with_progress(_checkpoint))
+    checkpoint.set_defaults(func=with_progress(_checkpoint))
     export = sub.add_parser(
         "export", help="every record with its links, and the settings history (JSON or CSV)"
     )
@@ -133,7 +133,7 @@ def add_ledger_commands(subparsers: Any) -> None:
     export.add_argument("--format", choices=("json", "csv"), default="json")
     export.add_argument("--output", "--out", dest="output",
                         help="output file (default: standard output)")
-    export.set_defaults(func=_with_progress(_export))
+    export.set_defaults(func=with_progress(_export))
     report = sub.add_parser(
         "report", help="spend under the rule over time: .html (self-contained) or an image "
         "(.png, .svg, .pdf: needs dpaccount[plot])"
@@ -143,7 +143,7 @@ def add_ledger_commands(subparsers: Any) -> None:
                         help="the file to write: .html, or an image (.png, .svg, .pdf)")
     report.add_argument("--all", action="store_true", help="every ledger in the database")
     grouping(report)
-    report.set_defaults(func=_with_progress(_report))
+    report.set_defaults(func=with_progress(_report))
     keygen = sub.add_parser("keygen", help="write a new random ledger key file (0600)")
     keygen.add_argument("--output", required=True, help="the key file to create")
     keygen.set_defaults(func=_keygen)
@@ -185,33 +185,6 @@ def _key(args: argparse.Namespace) -> LedgerKey | None:
     return LedgerKey.from_file(path) if path else LedgerKey.from_env()
 
 
-def _with_progress(command: Any) -> Any:
-    """``command`` with a progress line on standard error while it runs (drawn only on a
-    terminal: `dpaccount._progress`), erased before it prints and when it fails."""
-
-    def run(args: argparse.Namespace) -> int:
-        with ProgressLine() as line:
-            args.progress = line
-            status: int = command(args)
-            return status
-
-    return run
-
-
-def _stage(args: argparse.Namespace, what: str) -> Any:
-    """A ``progress(done, total)`` callback for one step of a command (None outside
-    `_with_progress`)."""
-    line = getattr(args, "progress", None)
-    return None if line is None else line.stage(what)
-
-
-def _quiet(args: argparse.Namespace) -> None:
-    """Erase the progress line before the command prints."""
-    line = getattr(args, "progress", None)
-    if line is not None:
-        line.close()
-
-
 @attrs.frozen
 class _Loaded:
     meta: LedgerMeta
@@ -250,7 +223,7 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
         records: list[LedgerRecord] = []
         with _collector_paused():
             # and the records it checked, decoded once
-            tip = store.verify(records, progress=_stage(args, f"verifying {printable(name)}"))
+            tip = store.verify(records, progress=stage(args, f"verifying {printable(name)}"))
         if hasattr(store, "check_functions"):
             store.check_functions()
         missing: list[str] = getattr(store, "missing_protections", list)()
@@ -261,7 +234,7 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
             )
         with _collector_paused():
             check_snapshot_states(records, store.snapshots())
-        reading = _stage(args, f"reading {printable(name)}'s rows")
+        reading = stage(args, f"reading {printable(name)}'s rows")
         if rows and reading is not None:
             reading(0, None)
         return _Loaded(meta, records, tip, store.meta_history(),
@@ -329,7 +302,7 @@ def _since(text: str) -> datetime:
 def _list(args: argparse.Namespace) -> int:
     out = _out(args)
     loaded = {name: _load(args, name) for name in _names(args)}
-    _quiet(args)
+    quiet(args)
     if not loaded:
         print(f"no ledgers at {redact_url(args.url)}", file=out)
         return 0
@@ -345,8 +318,8 @@ def _show(args: argparse.Namespace) -> int:
     shares = _shares(args.name, family)
     if args.by == "share" and shares is None:
         shares = [None] * len(records)
-    spend = spend_over_time(meta, records, points=1, progress=_stage(args, "composing"))
-    _quiet(args)
+    spend = spend_over_time(meta, records, points=1, progress=stage(args, "composing"))
+    quiet(args)
     out = _out(args)
     print(f"ledger {meta.name!r}: rule {meta.rule}, relation {meta.relation.value}, "
           f"budget {meta.budget}" + (f", a share of {meta.parent!r}" if meta.parent else ""),
@@ -391,7 +364,7 @@ def _verify(args: argparse.Namespace) -> int:
             document = read_json(args.export, "export", "give the file `dpaccount ledger "
                                  "export --format json` wrote")
             check = verify_export(document, key=_key(args),
-                                  progress=_stage(args, "verifying the export"))
+                                  progress=stage(args, "verifying the export"))
             meta, records, tip, history = check.meta, list(check.records), check.tip, None
         else:
             loaded = _load(args)
@@ -408,8 +381,8 @@ def _verify(args: argparse.Namespace) -> int:
         first = "" if exc.seq is None else f" first bad record: {exc.seq};"
         print(f"CORRUPT: ledger {args.name!r} {where}:{first} {redact(str(exc))}", file=out)
         return 1
-    spend = spend_over_time(meta, records, points=1, progress=_stage(args, "composing"))
-    _quiet(args)
+    spend = spend_over_time(meta, records, points=1, progress=stage(args, "composing"))
+    quiet(args)
     if not spend.spent.fits(meta.budget):
         print(f"OVERSPENT: ledger {meta.name!r} {where}: under the {spend.rule!r} rule its "
               f"{len(records)} records spend {spend.spent}, over the budget {meta.budget}",
@@ -463,7 +436,7 @@ def _export(args: argparse.Namespace) -> int:
         tree = [node for node in share_tree({n: (f.meta, f.records)
                                              for n, f in family.items()})
                 if node.name == args.name]
-    writing_rows = _stage(args, f"writing {printable(args.name)}")
+    writing_rows = stage(args, f"writing {printable(args.name)}")
     with (writing(args.output, "--output", newline="") if args.output
           else contextlib.nullcontext(_out(args))) as target:
         if args.format == "json":
@@ -492,7 +465,7 @@ def _report(args: argparse.Namespace) -> int:
                 "records") for root in tree for _depth, node in root.walk()]
     shares = {name: found for name in family
               if (found := _shares(name, family)) is not None}
-    _quiet(args)
+    quiet(args)
     if suffix in REPORT_PAGE_SUFFIXES:
         page = html_report(ledgers, title=f"dpaccount ledgers at {redact_url(args.url)}",
                            by=args.by, tree=tree, shares=shares)
