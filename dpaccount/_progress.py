@@ -93,7 +93,7 @@ class ProgressLine:
             text = (f"{what}: [{'#' * filled}{'.' * (_BAR - filled)}] "
                     f"{done:,} of {total:,} ({part:.0%})")
         else:
-            text = f"{what}: {done:,}"
+            text = f"{what}: {done:,}" if done else f"{what} ..."
         width = max(shutil.get_terminal_size((80, 24)).columns - 1, 20)
         self._write("\r" + text[:width] + "\x1b[K")
         self._shown = True
