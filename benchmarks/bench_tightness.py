@@ -41,6 +41,7 @@ from dpaccount.charges import (
     LaplaceCharge,
     RandomizedResponseCharge,
     Relation,
+    RepeatAndSelect,
     Repeated,
     Scheme,
     Subsampled,
@@ -329,6 +330,36 @@ def scenarios() -> list[Scenario]:
                 lambda z: [(z.ExponentialMechanism(0.5), 20)], d),
         },
     ))
+    out.extend(_selection_scenarios())
+    return out
+
+
+def _selection_scenarios() -> list[Scenario]:
+    """Repeat-and-select (Papernot and Steinke 2022): dp_accounting's RDP accountant on
+    RepeatAndSelectDpEvent (shape inf is Poisson, 1 geometric, 0 logarithmic)."""
+    d, out = 1e-6, []
+    sgd = Repeated(Subsampled(GaussianCharge(1, 1, 30), "0.01", Scheme.POISSON), 1000)
+    cases: list[tuple[str, Charge, float | None, Callable[[Any], Any]]] = [
+        ("σ = 3", GaussianCharge(3, 1, 30), None, lambda m: m.GaussianDpEvent(3)),
+        ("σ = 3", GaussianCharge(3, 1, 30), 1.0, lambda m: m.GaussianDpEvent(3)),
+        ("σ = 3", GaussianCharge(3, 1, 30), 0.0, lambda m: m.GaussianDpEvent(3)),
+        ("DP-SGD q = 0.01, σ = 1, 1000 steps", sgd, 1.0, lambda m: m.SelfComposedDpEvent(
+            m.PoissonSampledDpEvent(0.01, m.GaussianDpEvent(1)), 1000)),
+        ("DP-SGD q = 0.01, σ = 1, 1000 steps", sgd, None, lambda m: m.SelfComposedDpEvent(
+            m.PoissonSampledDpEvent(0.01, m.GaussianDpEvent(1)), 1000)),
+    ]
+    for what, run, shape, event in cases:
+        count = {None: "Poisson", 1.0: "geometric", 0.0: "logarithmic"}[shape]
+        kw: dict[str, Any] = ({"distribution": "poisson"} if shape is None else
+                              {"distribution": "truncated_negative_binomial", "shape": shape})
+        charge = RepeatAndSelect(run, mean=10, delta="0.1", **kw)
+        dpa_shape = math.inf if shape is None else shape
+        out.append(Scenario(
+            f"best of {count}(10) runs, {what}", d, [(charge, 1)],
+            peers={"dp_accounting RDP": dpa_rdp(
+                lambda m, e=event, sh=dpa_shape: [
+                    (m.dp_event.RepeatAndSelectDpEvent(e(m.dp_event), 10, sh), 1)], d)},
+        ))
     return out
 
 

@@ -17,8 +17,9 @@ The package holds one concept a module, and every name is imported from here:
 
 * `relations`: the neighbouring relations and sampling schemes.
 * `leaves`: the leaf charges, one run of one mechanism described by its noise.
-* `combinators`: `Subsampled`, `Parallel` and `Repeated`, the bounds on a tree, and
-  `cost_of`.
+* `combinators`: `Subsampled`, `Parallel`, `Repeated` and `RepeatAndSelect`, the
+  bounds on a tree, and `cost_of`.
+* `counts`: `RunCount`, the random number of runs of a `RepeatAndSelect`.
 * `walks`: `atoms`, `relation_of`, `describe` and `shown`.
 * `checks`: `check_relations` and `check_nesting`, where a charge enters a ledger.
 
@@ -40,10 +41,12 @@ from dpaccount.charges.combinators import (
     Atom,
     Charge,
     Parallel,
+    RepeatAndSelect,
     Repeated,
     Subsampled,
     cost_of,
 )
+from dpaccount.charges.counts import RunCount
 from dpaccount.charges.leaves import (
     BoundedRangeCharge,
     DiscreteGaussianCharge,
@@ -73,6 +76,8 @@ __all__ = [  # noqa: RUF022
     "Subsampled",
     "Parallel",
     "Repeated",
+    "RunCount",
+    "RepeatAndSelect",
     "Atom",
     "Charge",
     "CHARGE_TYPES",

@@ -15,7 +15,17 @@ from typing import Any, TypeAlias
 
 import attrs
 
-from dpaccount._numeric import check_count, check_rate, log1p_expm1_scaled_up
+from dpaccount._numeric import (
+    check_count,
+    check_delta,
+    check_epsilon,
+    check_rate,
+    float_down,
+    float_up,
+    log1p_expm1_scaled_up,
+    to_fraction,
+)
+from dpaccount.charges.counts import RunCount, tail_up, tnb_gamma_down
 from dpaccount.charges.leaves import (
     BoundedRangeCharge,
     DiscreteGaussianCharge,
@@ -37,6 +47,7 @@ __all__ = [
     "Atom",
     "Charge",
     "Parallel",
+    "RepeatAndSelect",
     "Repeated",
     "Subsampled",
     "cost_of",
@@ -226,6 +237,162 @@ class Repeated:
         return cost_of(self.charge).times(self.count)
 
 
+def _mean(value: Any) -> Fraction:
+    mean = to_fraction(value, "mean")
+    if not mean >= 1:
+        raise InvalidCostError("mean", value, "the mean number of runs must be >= 1")
+    return mean
+
+
+def _run_count(value: Any) -> RunCount:
+    try:
+        return RunCount(value)
+    except ValueError:
+        raise InvalidCostError(
+            "distribution", value, f"use one of {[c.value for c in RunCount]}"
+        ) from None
+
+
+def _shape(value: Any) -> Fraction | None:
+    if value is None:
+        return None
+    shape = check_epsilon(value, "shape")
+    if shape > 1000:
+        raise InvalidCostError("shape", value, "must be at most 1000")
+    return shape
+
+
+#: The largest number of runs the (epsilon, delta) cost of a `RepeatAndSelect` truncates
+#: at (beyond it the tail is charged to delta whole).
+_MAX_TRUNCATION = 2**40
+
+
+@attrs.frozen(cache_hash=True)
+class RepeatAndSelect:
+    """A charge run a random number K of times, only the best run's output released.
+
+    Hyperparameter tuning: train (``charge``, one whole run) K times on the same data
+    with independent randomness and keep the best model (its score computed inside the
+    run). K is drawn, independently of the data, from a Poisson distribution of mean
+    ``mean`` or a truncated negative binomial of that mean and shape eta (``shape``; 1
+    is the geometric, 0 the logarithmic distribution; `RunCount`). Papernot and Steinke
+    2022 ("Hyperparameter tuning with Renyi differential privacy", ICLR,
+    arXiv:2110.03620) bound its Renyi DP from the run's (Thm 2, truncated negative
+    binomial; Thm 6, Poisson), which the RDP engine uses. The whole selection is one
+    mechanism: it composes with other charges under a rule's own adaptivity (its
+    parameters are fixed when it is charged; the runs are not chosen adaptively).
+
+    Its (epsilon, delta) ``cost``, which the (epsilon, delta) rules compose:
+
+    * a truncated negative binomial count and a pure epsilon-DP run: ((2 + eta)
+      epsilon, 0), Papernot and Steinke 2022, Thm 2 in its limit lambda, lambda_hat ->
+      infinity (an epsilon-DP run is (lambda, epsilon)-RDP at every order, and RDP of
+      order infinity is pure DP); eta = 1 is Liu and Talwar 2019's 3 epsilon;
+    * otherwise, at the declared ``delta``: (T epsilon, delta) for the smallest T with
+      E[K] delta_run + P[K > T] <= delta. Proof: given K = k the output is a
+      post-processing of k runs, (k epsilon, k delta_run)-DP by basic composition
+      (Dwork and Roth 2014, Thm 3.16), so for any event S, P[A(x) in S] <=
+      sum_{k <= T} P[K = k] (e^{T epsilon} P[A_k(x') in S] + k delta_run) + P[K > T]
+      <= e^{T epsilon} P[A(x') in S] + E[K] delta_run + P[K > T].
+
+    The PLD engine has no sound privacy loss distribution for it and uses this cost;
+    the zCDP rule uses a pure cost; the Gaussian-DP filter refuses it.
+
+    Attributes:
+        charge: One run.
+        mean: E[K] >= 1.
+        distribution: ``"poisson"`` or ``"truncated_negative_binomial"``.
+        shape: eta >= 0 for the truncated negative binomial; None for Poisson.
+        delta: The delta at which ``cost`` is stated when no pure bound holds (0 where
+            one does).
+
+    Examples:
+        >>> r = RepeatAndSelect(PrivacyCost(1), mean=10,
+        ...                     distribution="truncated_negative_binomial", shape=1)
+        >>> r.cost   # the geometric count: 3 epsilon
+        PrivacyCost(epsilon=3, delta=0)
+    """
+
+    charge: Charge = attrs.field()
+    mean: Fraction = attrs.field(converter=_mean)
+    distribution: RunCount = attrs.field(converter=_run_count)
+    shape: Fraction | None = attrs.field(default=None, converter=_shape)
+    delta: Fraction = attrs.field(default=Fraction(0), converter=check_delta)
+    #: How deep the tree is and how many charges it holds (set when it is built; see
+    #: `MAX_NESTING` and `MAX_PARTS`).
+    _depth: int = attrs.field(init=False, eq=False, repr=False, hash=False)
+    _size: int = attrs.field(init=False, eq=False, repr=False, hash=False)
+
+    @charge.validator
+    def _check_inner(self, _attribute: Any, value: Any) -> None:
+        _check_charge(value)
+
+    def __attrs_post_init__(self) -> None:
+        poisson = self.distribution is RunCount.POISSON
+        if poisson and self.shape is not None:
+            raise InvalidCostError("shape", self.shape, "a Poisson count takes no shape")
+        if not poisson and self.shape is None:
+            raise InvalidCostError(
+                "shape", None, "a truncated negative binomial count needs its shape eta >= 0"
+            )
+        if float_up(self.mean) > 1e12:
+            raise InvalidCostError("mean", self.mean, "at most 1e12 runs on average")
+        _nesting(self, (self.charge,))
+        self.cost  # noqa: B018 - a cost that cannot be stated is refused where it is built
+
+    @property
+    def gamma(self) -> float:
+        """The truncated negative binomial's gamma for ``mean``, rounded down (1.0 for a
+        Poisson count, where it is unused)."""
+        if self.shape is None:
+            return 1.0
+        return tnb_gamma_down(float_up(self.mean), float_down(self.shape))
+
+    @property
+    def cost(self) -> PrivacyCost:
+        """The (epsilon, delta) guarantee of the whole selection (see the class)."""
+        inner = cost_of(self.charge)
+        return _cached(
+            ("repeat_and_select", *_key(inner.epsilon, inner.delta, self.mean,
+                                        Fraction(-1) if self.shape is None else self.shape,
+                                        self.delta),
+             self.distribution.value),
+            lambda: self._cost(inner),
+        )
+
+    def _cost(self, inner: PrivacyCost) -> PrivacyCost:
+        if self.shape is not None and inner.delta == 0:
+            return trusted_cost((2 + self.shape) * inner.epsilon, Fraction(0))
+        if inner.epsilon == 0 and inner.delta == 0:
+            return trusted_cost(Fraction(0), Fraction(0))
+        spare = self.delta - self.mean * inner.delta
+        if not spare > 0:
+            raise InvalidCostError(
+                "delta", self.delta,
+                "no pure bound holds for this count and run: declare delta > E[K] times "
+                "the run's delta, at which the (epsilon, delta) cost is stated",
+            )
+        mean, gamma = float_up(self.mean), self.gamma
+        eta = 0.0 if self.shape is None else float_down(self.shape)
+
+        def fits(t: int) -> bool:
+            return Fraction(tail_up(self.distribution, mean, eta, gamma, t)) <= spare
+
+        hi = 1
+        while not fits(hi):
+            hi *= 2
+            if hi > _MAX_TRUNCATION:
+                raise InvalidCostError("delta", self.delta, "too small for this count")
+        lo = hi // 2 + 1 if hi > 1 else 1
+        while lo < hi:  # the smallest t that fits, in (hi / 2, hi]
+            mid = (lo + hi) // 2
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return trusted_cost(hi * inner.epsilon, self.delta)
+
+
 #: A charge that is not a `Repeated`: one run of one mechanism.
 Atom: TypeAlias = (
     PrivacyCost
@@ -237,6 +404,7 @@ Atom: TypeAlias = (
     | BoundedRangeCharge
     | Subsampled
     | Parallel
+    | RepeatAndSelect
 )
 #: Anything the accountant can be charged with.
 Charge: TypeAlias = Atom | Repeated
@@ -253,13 +421,14 @@ CHARGE_TYPES = (
     BoundedRangeCharge,
     Subsampled,
     Parallel,
+    RepeatAndSelect,
     Repeated,
 )
 
 
 #: Charges that hold other charges, and those that hold none (the latter state no
 #: neighbouring relation of their own).
-_NESTED_TYPES = frozenset((Subsampled, Parallel, Repeated))
+_NESTED_TYPES = frozenset((Subsampled, Parallel, RepeatAndSelect, Repeated))
 _LEAF_TYPES = frozenset(t for t in CHARGE_TYPES if t not in _NESTED_TYPES)
 
 

@@ -18,6 +18,7 @@ from dpaccount.charges.combinators import (
     Atom,
     Charge,
     Parallel,
+    RepeatAndSelect,
     Repeated,
     Subsampled,
     _clipped,
@@ -70,7 +71,7 @@ def _parts(node: Any) -> tuple[Any, ...]:
     kind = type(node)
     if kind is Parallel:
         return node.partitions  # type: ignore[no-any-return]
-    if kind is Subsampled or kind is Repeated:
+    if kind is Subsampled or kind is Repeated or kind is RepeatAndSelect:
         return (node.charge,)
     return ()
 
@@ -80,6 +81,8 @@ def relation_of(charge: Charge) -> Relation | None:
     for atom, _count in atoms(charge):
         if isinstance(atom, (Subsampled, Parallel)):
             return atom.relation
+        if isinstance(atom, RepeatAndSelect):
+            return relation_of(atom.charge)
     return None
 
 
@@ -88,6 +91,8 @@ def _level_name(charge: Charge) -> str:
         return f"Subsampled({charge.scheme.value})"
     if isinstance(charge, Parallel):
         return f"Parallel({charge.relation.value})"
+    if isinstance(charge, RepeatAndSelect):
+        return f"RepeatAndSelect({charge.distribution.value})"
     return type(charge).__name__
 
 
@@ -121,6 +126,10 @@ def describe(charge: Charge) -> str:
         return f"parallel over {len(charge.partitions)} partitions"
     if isinstance(charge, Repeated):
         return f"{charge.count} x {describe(charge.charge)}"
+    if isinstance(charge, RepeatAndSelect):
+        shape = "" if charge.shape is None else f", shape={f(charge.shape)}"
+        return (f"best of {charge.distribution.value}(mean={f(charge.mean)}{shape}) runs "
+                f"of {describe(charge.charge)}")
     raise UnsupportedChargeError(f"cannot describe {shown(charge)}")
 
 

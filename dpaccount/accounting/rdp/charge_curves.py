@@ -26,7 +26,8 @@ from dpaccount.accounting.rdp.curves import (
     laplace_rdp,
     randomized_response_rdp,
 )
-from dpaccount.accounting.rdp.orders import _REL, Array, _check_order, _push
+from dpaccount.accounting.rdp.orders import _REL, DEFAULT_ORDERS, Array, _check_order, _push
+from dpaccount.accounting.rdp.selection import Bound, poisson_selection, tnb_selection
 from dpaccount.accounting.rdp.subsampled import (
     _sgm_integer_rdp,
     subsampled_gaussian_rdp,
@@ -36,6 +37,7 @@ from dpaccount.charges import (
     SCHEME_RELATION,
     Atom,
     BoundedRangeCharge,
+    Charge,
     DiscreteGaussianCharge,
     DiscreteLaplaceCharge,
     GaussianCharge,
@@ -43,6 +45,7 @@ from dpaccount.charges import (
     Parallel,
     RandomizedResponseCharge,
     Relation,
+    RepeatAndSelect,
     Scheme,
     Subsampled,
     atoms,
@@ -175,6 +178,8 @@ def charge_rdp(atom: Atom, alpha: float, *, relation: Relation = Relation.ADD_RE
         )
     if isinstance(atom, Parallel):
         return _parallel_rdp(atom, a)
+    if isinstance(atom, RepeatAndSelect):
+        return _selection_rdp(atom, a, relation)
     if isinstance(atom, GaussianCharge):
         return gaussian_rdp(atom.sigma, atom.sensitivity, a)
     if isinstance(atom, LaplaceCharge):
@@ -229,3 +234,33 @@ def _parallel_rdp(charge: Parallel, alpha: float) -> float:
     if charge.relation is Relation.ADD_REMOVE:
         return values[0]  # each value is already rounded up
     return _push(math.fsum(values[:2]))  # a sum of two may round down: push it up
+
+
+def _run_rdp(charge: Charge, alpha: float, relation: Relation) -> float:
+    """The RDP at ``alpha`` of one run of ``charge`` (a `Repeated` one counts its runs;
+    Mironov 2017, Prop. 1)."""
+    runs = list(atoms(charge))
+    if len(runs) == 1 and runs[0][1] == 1:
+        return charge_rdp(runs[0][0], alpha, relation=relation)
+    return _push(math.fsum(count * charge_rdp(inner, alpha, relation=relation)
+                           for inner, count in runs))
+
+
+@functools.lru_cache(maxsize=256)
+def _selection_bound(atom: RepeatAndSelect, relation: Relation) -> Bound:
+    """A repeat-and-select charge's bound, from its run's curve on the dense grid
+    (computed once a charge)."""
+    grid = np.asarray(DEFAULT_ORDERS, dtype=np.float64)
+    run = np.array([_run_rdp(atom.charge, float(a), relation) for a in grid])
+    mean = float_up(atom.mean)
+    cost = cost_of(atom.charge)
+    if atom.shape is None:
+        point = (float_up(cost.epsilon), float_up(cost.delta))
+        return poisson_selection(grid, run, mean, point)
+    pure = float_up(cost.epsilon) if cost.delta == 0 else math.inf
+    return tnb_selection(grid, run, mean, float_up(atom.shape), atom.gamma, pure)
+
+
+def _selection_rdp(atom: RepeatAndSelect, alpha: float, relation: Relation) -> float:
+    """Papernot and Steinke 2022, Thms 2 and 6 (`dpaccount.accounting.rdp.selection`)."""
+    return _selection_bound(atom, relation)(alpha, _run_rdp(atom.charge, alpha, relation))
