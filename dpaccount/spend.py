@@ -275,9 +275,11 @@ def _key(record: LedgerRecord) -> tuple[Any, ...]:
             cost.epsilon.denominator, cost.delta.numerator, cost.delta.denominator)
 
 
-#: How many tie-breaking choices the exact matching may revisit before it settles for
-#: the greedy one (ties need records equal to the microsecond; see `_embed`).
-MATCH_BACKTRACKS: Final = 10_000
+#: The exact matching's work bound: it steps through at most this many parent positions
+#: per parent record (plus `MATCH_SLACK`), revisits included, before it settles for the
+#: greedy match (ties need records equal to the microsecond; see `_embed`).
+MATCH_STEPS_PER_RECORD: Final = 4
+MATCH_SLACK: Final = 100_000
 
 
 def _latest(parent: Sequence[Any], child: Sequence[Any]) -> list[int] | None:
@@ -316,7 +318,8 @@ def _embed(parent: Sequence[Any], children: Sequence[Sequence[Any]]) -> list[int
     """Which child (an index into ``children``, or -1 for none) each ``parent`` key
     belongs to, such that every child's keys are a subsequence of the parent's at
     positions no other child takes; None if there is no such assignment (or it was not
-    found within `MATCH_BACKTRACKS` revisited choices).
+    found within `MATCH_STEPS_PER_RECORD` steps a parent record, plus `MATCH_SLACK`: the
+    work stays linear in the ledger, whatever its ties).
 
     A depth-first search over the parent's positions: at each, the children whose next
     key it is (then none, a direct charge) are the choices; a choice point is kept only
@@ -336,8 +339,12 @@ def _embed(parent: Sequence[Any], children: Sequence[Sequence[Any]]) -> list[int
     owner = [-1] * len(parent)
     at = [0] * len(children)
     stack: list[tuple[int, list[int], list[int]]] = []  # (position, pointers, choices)
-    i, revisits = 0, 0
+    i, steps = 0, 0
+    most = MATCH_STEPS_PER_RECORD * len(parent) + MATCH_SLACK
     while True:
+        steps += 1
+        if steps > most:
+            return None
         dead = any(at[c] < len(child) and i > late[c][at[c]]
                    for c, child in enumerate(children))
         if not dead and i == len(parent):
@@ -352,8 +359,7 @@ def _embed(parent: Sequence[Any], children: Sequence[Sequence[Any]]) -> list[int
         else:
             while stack and not stack[-1][2]:
                 stack.pop()
-            revisits += 1
-            if not stack or revisits > MATCH_BACKTRACKS:
+            if not stack:
                 return None
             i, saved, rest = stack[-1]
             at = list(saved)

@@ -405,3 +405,22 @@ def test_the_image_report_by_share(sqlite_url: str, tmp_path: Path) -> None:
 
     with Image.open(path) as image:  # four ledgers, one row each
         assert image.height > 3 * image.width // 4
+
+
+def test_an_impossible_match_of_equal_records_ends_in_bounded_work() -> None:
+    # 1000 equal records in the parent, 501 and 500 in two shares: each share fits alone,
+    # both cannot. The exact search gives up within its work bound (linear in the
+    # ledger) and the greedy match names what it can and counts the rest.
+    metas = {n: LedgerMeta.build(n, Budget(10), {"name": "basic"}, Relation.ADD_REMOVE,
+                                 parent=None if n == "P" else "P") for n in ("P", "A", "B")}
+
+    def records(count: int) -> list[LedgerRecord]:
+        return [LedgerRecord(seq=i, label="same", charge=PrivacyCost("0.01"),
+                             cost=PrivacyCost("0.01"), rule="basic", timestamp=_T0)
+                for i in range(count)]
+
+    found = attribute_shares("P", {"P": (metas["P"], records(1000)),
+                                   "A": (metas["A"], records(501)),
+                                   "B": (metas["B"], records(500))})
+    assert found.names.count("A") == 501 and found.names.count("B") == 499
+    assert dict(found.unmatched) == {"A": 0, "B": 1}
