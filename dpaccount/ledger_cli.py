@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import fnmatch
 import gc
 import json
@@ -29,7 +28,6 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
-from fractions import Fraction
 from typing import Any, TextIO
 
 import attrs
@@ -43,27 +41,37 @@ from dpaccount._cli_files import (
     read_json,
     writing,
 )
+from dpaccount._ledger_views import (
+    list_rows,
+    print_shares,
+    printable,
+    remaining,
+    show_rows,
+    table,
+    up,
+    write_csv,
+)
+from dpaccount._progress import quiet, stage, with_progress
 from dpaccount._redact import redact, redact_url
 from dpaccount.audit import (
+    attribute_shares,
     check_snapshot_states,
-    export_document,
     html_report,
+    share_tree,
     spend_over_time,
     summarize,
     verify_export,
+    write_export,
 )
-from dpaccount.charges import describe
-from dpaccount.costs import PrivacyCost, format_bound, format_number
 from dpaccount.errors import (
     ConfigError,
     DPAccountError,
     LedgerCorruptError,
     StorageError,
-    missing_extra,
 )
 from dpaccount.keys import LedgerKey
 from dpaccount.ledgers import check_checkpoint, make_checkpoint, missing_ledger, open_store
-from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
+from dpaccount.records import LedgerMeta, LedgerRecord
 
 __all__ = ["add_ledger_commands", "ledger_main"]
 
@@ -90,12 +98,13 @@ def add_ledger_commands(subparsers: Any) -> None:
                        "$DPACCOUNT_LEDGER_KEY_FILE or $DPACCOUNT_LEDGER_KEY)")
 
     def grouping(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--by", choices=("label", "job"), default="label",
-                       help="group charges by label, or by job (query_id up to its first /)")
+        p.add_argument("--by", choices=("label", "job", "share"), default="label",
+                       help="group charges by label, by job (query_id up to its first /) "
+                       "or by the share they were charged through")
 
     listing = sub.add_parser("list", help="every ledger in a database: spent and remaining")
     common(listing)
-    listing.set_defaults(func=_list)
+    listing.set_defaults(func=with_progress(_list))
     show = sub.add_parser("show", help="the charges, what is spent and what remains")
     common(show)
     show.add_argument("--since", help="only charges at or after this UTC time (ISO 8601)")
@@ -104,20 +113,20 @@ def add_ledger_commands(subparsers: Any) -> None:
     show.add_argument("--summary", action="store_true",
                       help="a summary by label (or --by job) instead of every charge")
     grouping(show)
-    show.set_defaults(func=_show)
+    show.set_defaults(func=with_progress(_show))
     verify = sub.add_parser("verify", help="check records, hash chain, totals and budget")
     verify.add_argument("url", nargs="?", help="the database (or give --export)")
     verify.add_argument("--name", default="default", help="the ledger's name")
     verify.add_argument("--key-file", help="the key of a keyed ledger")
     verify.add_argument("--checkpoint", help="a head checkpoint file the chain must extend")
     verify.add_argument("--export", help="verify an export file offline, without a database")
-    verify.set_defaults(func=_verify)
+    verify.set_defaults(func=with_progress(_verify))
     checkpoint = sub.add_parser(
         "checkpoint", help="write a head checkpoint (length and last hash) of a verified ledger"
     )
     common(checkpoint)
     checkpoint.add_argument("--output", required=True, help="the checkpoint file to write")
-    checkpoint.set_defaults(func=_checkpoint)
+    checkpoint.set_defaults(func=with_progress(_checkpoint))
     export = sub.add_parser(
         "export", help="every record with its links, and the settings history (JSON or CSV)"
     )
@@ -125,7 +134,7 @@ def add_ledger_commands(subparsers: Any) -> None:
     export.add_argument("--format", choices=("json", "csv"), default="json")
     export.add_argument("--output", "--out", dest="output",
                         help="output file (default: standard output)")
-    export.set_defaults(func=_export)
+    export.set_defaults(func=with_progress(_export))
     report = sub.add_parser(
         "report", help="spend under the rule over time: .html (self-contained) or an image "
         "(.png, .svg, .pdf: needs dpaccount[plot])"
@@ -135,7 +144,7 @@ def add_ledger_commands(subparsers: Any) -> None:
                         "or an image (.png, .svg, .pdf); default: NAME-report.html here")
     report.add_argument("--all", action="store_true", help="every ledger in the database")
     grouping(report)
-    report.set_defaults(func=_report)
+    report.set_defaults(func=with_progress(_report))
     keygen = sub.add_parser("keygen", help="write a new random ledger key file (0600)")
     keygen.add_argument("--output", required=True, help="the key file to create")
     keygen.set_defaults(func=_keygen)
@@ -205,10 +214,7 @@ def _collector_paused() -> Iterator[None]:
 def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False) -> _Loaded:
     """A verified ledger, opened read-only: settings, records, tip, settings history and
     (with ``rows``) the raw rows with their links."""
-    if args.url is None:
-        raise ConfigError("give the database URL (or, for verify, --export FILE)")
-    if str(args.url).lower().startswith("memory:"):
-        raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
+    _check_url(args)
     name = args.name if name is None else name
     store: Any = open_store(args.url, name=name, create=False, key=_key(args), read_only=True)
     try:
@@ -217,7 +223,8 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
             raise missing_ledger(name, args.url, store, "--name")
         records: list[LedgerRecord] = []
         with _collector_paused():
-            tip = store.verify(records)  # and the records it checked, decoded once
+            # and the records it checked, decoded once
+            tip = store.verify(records, progress=stage(args, f"verifying {printable(name)}"))
         if hasattr(store, "check_functions"):
             store.check_functions()
         missing: list[str] = getattr(store, "missing_protections", list)()
@@ -228,13 +235,24 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
             )
         with _collector_paused():
             check_snapshot_states(records, store.snapshots())
+        reading = stage(args, f"reading {printable(name)}'s rows")
+        if rows and reading is not None:
+            reading(0, None)
         return _Loaded(meta, records, tip, store.meta_history(),
                        store.chain_rows() if rows else None)
     finally:
         store.close()
 
 
+def _check_url(args: argparse.Namespace) -> None:
+    if args.url is None:
+        raise ConfigError("give the database URL (or, for verify, --export FILE)")
+    if str(args.url).lower().startswith("memory:"):
+        raise ConfigError("a memory:// ledger lives inside one process; there is nothing to read")
+
+
 def _names(args: argparse.Namespace) -> list[str]:
+    _check_url(args)
     store: Any = open_store(args.url, name=args.name, create=False, key=_key(args),
                             read_only=True)
     try:
@@ -243,47 +261,31 @@ def _names(args: argparse.Namespace) -> list[str]:
         store.close()
 
 
-def _down(value: Fraction) -> str:
-    """What is left, rounded down to at most 6 significant digits (exact when short)."""
-    return format_bound(max(value, Fraction(0)), upward=False)[0]
+def _family(args: argparse.Namespace, names: Sequence[str], rows: bool = False
+            ) -> dict[str, _Loaded]:
+    """The ledgers ``names`` and all their shares (ledgers whose parent is one of them,
+    and so on down), each loaded and verified (``names`` with their rows if asked)."""
+    _check_url(args)
+    store: Any = open_store(args.url, name=args.name, create=False, key=_key(args),
+                            read_only=True)
+    try:
+        parents = {name: meta.parent for name, meta in store.metas().items()}
+    finally:
+        store.close()
+    wanted, grew = set(names), True
+    while grew:
+        below = {child for child, parent in parents.items() if parent in wanted}
+        grew = not below <= wanted
+        wanted |= below
+    return {name: _load(args, name, rows=rows and name in names) for name in sorted(wanted)}
 
 
-def _up(value: Fraction) -> str:
-    """What was spent, rounded up to at most 6 significant digits (exact when short)."""
-    return format_bound(value, upward=True)[0]
-
-
-def _describe(charge: Any) -> str:
-    text = describe(charge)
-    return text if len(text) <= 44 else text[:41] + "..."
-
-
-def _printable(text: str) -> str:
-    """Escape control and format characters (a stored label cannot forge a line or
-    drive the terminal; labels written before they were refused at input included)."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
-
-
-def _cell(text: str) -> str:
-    """A CSV cell a spreadsheet will not run: formula prefixes get a leading quote."""
-    return f"'{text}" if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def _table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for n, row in enumerate(rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(),
-              file=out)
-        if n == 0:
-            print("  ".join("-" * w for w in widths), file=out)
-
-
-def _remaining(meta: LedgerMeta, spent: PrivacyCost) -> str:
-    budget = meta.budget
-    eps = "inf" if budget.epsilon is None else _down(budget.epsilon - spent.epsilon)
-    return f"epsilon {eps}, delta {_down(budget.delta - spent.delta)}"
+def _shares(name: str, family: dict[str, _Loaded]) -> list[str | None] | None:
+    """The share behind each of ``name``'s records, or None when it has no shares."""
+    if not any(loaded.meta.parent == name for loaded in family.values()):
+        return None
+    found = attribute_shares(name, {n: (f.meta, f.records) for n, f in family.items()})
+    return found.names
 
 
 def _since(text: str) -> datetime:
@@ -300,55 +302,56 @@ def _since(text: str) -> datetime:
 
 def _list(args: argparse.Namespace) -> int:
     out = _out(args)
-    rows = [("ledger", "records", "rule", "budget", "spent (under the rule)", "remaining",
-             "last charge (UTC)")]
-    for name in _names(args):
-        loaded = _load(args, name)
-        spend = spend_over_time(loaded.meta, loaded.records, points=1)
-        last = loaded.records[-1].timestamp.strftime("%Y-%m-%d %H:%M") if loaded.records else ""
-        rows.append((_printable(name), str(len(loaded.records)), spend.rule.split(" ")[0],
-                     str(loaded.meta.budget), str(spend.spent),
-                     _remaining(loaded.meta, spend.spent), last))
-    if len(rows) == 1:
+    loaded = {name: _load(args, name) for name in _names(args)}
+    quiet(args)
+    if not loaded:
         print(f"no ledgers at {redact_url(args.url)}", file=out)
         return 0
-    _table(rows, out)
+    table(list_rows(share_tree({n: (f.meta, f.records) for n, f in loaded.items()}),
+                    {n: f.records for n, f in loaded.items()}), out)
     return 0
 
 
 def _show(args: argparse.Namespace) -> int:
-    loaded = _load(args)
+    family = _family(args, [args.name])
+    loaded = family[args.name]
     meta, records = loaded.meta, loaded.records
+    shares = _shares(args.name, family)
+    if args.by == "share" and shares is None:
+        shares = [None] * len(records)
+    spend = spend_over_time(meta, records, points=1, progress=stage(args, "composing"))
+    quiet(args)
     out = _out(args)
     print(f"ledger {meta.name!r}: rule {meta.rule}, relation {meta.relation.value}, "
-          f"budget {meta.budget}", file=out)
-    shown = records
+          f"budget {meta.budget}" + (f", a share of {meta.parent!r}" if meta.parent else ""),
+          file=out)
+    shown = list(range(len(records)))
     if args.since:
         since = _since(args.since)
-        shown = [r for r in shown if r.timestamp >= since]
+        shown = [i for i in shown if records[i].timestamp >= since]
     if args.label:
-        shown = [r for r in shown if fnmatch.fnmatchcase(r.label or "", args.label)]
+        shown = [i for i in shown if fnmatch.fnmatchcase(records[i].label or "", args.label)]
     if args.tail is not None:
         shown = shown[-args.tail:] if args.tail > 0 else []
+    picked = [records[i] for i in shown]
     rows: list[tuple[str, ...]]
     if args.summary:
         rows = [(args.by, "charges", "epsilon (own, summed)", "delta (own, summed)",
                  "first (UTC)", "last (UTC)")]
-        rows += [(_printable(g.group), str(g.count), _up(g.epsilon), _up(g.delta),
+        rows += [(printable(g.group), str(g.count), up(g.epsilon), up(g.delta),
                   f"{g.first:%Y-%m-%d %H:%M}", f"{g.last:%Y-%m-%d %H:%M}")
-                 for g in summarize(shown, args.by)]
+                 for g in summarize(picked, args.by,
+                                    None if shares is None else [shares[i] for i in shown])]
     else:
-        rows = [("seq", "when (UTC)", "label", "charge", "epsilon", "delta", "rule",
-                 "query_id")]
-        rows += [(str(r.seq), r.timestamp.strftime("%Y-%m-%d %H:%M:%S"),
-                  _printable(r.label or ""), _describe(r.charge), _up(r.cost.epsilon),
-                  _up(r.cost.delta), r.rule, _printable(r.query_id or "")) for r in shown]
-    _table(rows, out)
-    spend = spend_over_time(meta, records, points=1)
+        rows = show_rows(picked, None if shares is None else [shares[i] for i in shown])
+    table(rows, out)
     if len(shown) != len(records):
         print(f"shown: {len(shown)} of {len(records)} records", file=out)
     print(f"records: {len(records)}   spent: {spend.spent} under {spend.rule}", file=out)
-    print(f"remaining (shown rounded down): {_remaining(meta, spend.spent)}", file=out)
+    print(f"remaining (shown rounded down): {remaining(meta, spend.spent)}", file=out)
+    tree = share_tree({n: (f.meta, f.records) for n, f in family.items()})
+    print_shares(next((r for r in tree if r.name == args.name), None),
+                 {n: f.records for n, f in family.items()}, out)
     print(f"last hash: {loaded.tip.last_hash}", file=out)
     return 0
 
@@ -361,7 +364,8 @@ def _verify(args: argparse.Namespace) -> int:
         if args.export:
             document = read_json(args.export, "export", "give the file `dpaccount ledger "
                                  "export --format json` wrote")
-            check = verify_export(document, key=_key(args))
+            check = verify_export(document, key=_key(args),
+                                  progress=stage(args, "verifying the export"))
             meta, records, tip, history = check.meta, list(check.records), check.tip, None
         else:
             loaded = _load(args)
@@ -378,15 +382,16 @@ def _verify(args: argparse.Namespace) -> int:
         first = "" if exc.seq is None else f" first bad record: {exc.seq};"
         print(f"CORRUPT: ledger {args.name!r} {where}:{first} {redact(str(exc))}", file=out)
         return 1
-    spend = spend_over_time(meta, records, points=1)
+    spend = spend_over_time(meta, records, points=1, progress=stage(args, "composing"))
+    quiet(args)
     if not spend.spent.fits(meta.budget):
         print(f"OVERSPENT: ledger {meta.name!r} {where}: under the {spend.rule!r} rule its "
               f"{len(records)} records spend {spend.spent}, over the budget {meta.budget}",
               file=out)
         return 1
     print(f"ok: ledger {meta.name!r} has {len(records)} intact records; "
-          f"sum epsilon {_up(tip.epsilon_sum)}, sum delta "
-          f"{_up(tip.delta_sum)}; last hash {tip.last_hash}", file=out)
+          f"sum epsilon {up(tip.epsilon_sum)}, sum delta "
+          f"{up(tip.delta_sum)}; last hash {tip.last_hash}", file=out)
     return 0
 
 
@@ -422,30 +427,25 @@ def _keygen(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     if args.output:
         check_output(args.output, "--output")
-    loaded = _load(args, rows=True)
+    family = _family(args, [args.name], rows=True)
+    loaded = family[args.name]
     assert loaded.rows is not None
     record_rows, history = loaded.rows
+    shares = _shares(args.name, family)
+    tree = None
+    if shares is not None:
+        tree = [node for node in share_tree({n: (f.meta, f.records)
+                                             for n, f in family.items()})
+                if node.name == args.name]
+    writing_rows = stage(args, f"writing {printable(args.name)}")
     with (writing(args.output, "--output", newline="") if args.output
           else contextlib.nullcontext(_out(args))) as target:
         if args.format == "json":
-            json.dump(export_document(loaded.meta, record_rows, history), target,
-                      indent=1, sort_keys=True)
-            target.write("\n")
+            write_export(target, loaded.meta, record_rows, history, shares=shares,
+                         tree=tree, progress=writing_rows)
         else:
-            writer = csv.writer(target)
-            writer.writerow(["seq", "timestamp", "label", "query_id", "rule", "epsilon",
-                             "delta", "epsilon_float_up", "delta_float_up", "charge",
-                             "prev_hash", "hash"])
-            for r, row in zip(loaded.records, record_rows, strict=True):
-                encoded = encode_record(r).model_dump(mode="json")
-                writer.writerow([
-                    r.seq, r.timestamp.isoformat(), _cell(r.label or ""),
-                    _cell(r.query_id or ""), r.rule,
-                    encoded["cost"]["epsilon"], encoded["cost"]["delta"],
-                    format_number(r.cost.epsilon), format_number(r.cost.delta),
-                    json.dumps(encoded["charge"], sort_keys=True, separators=(",", ":")),
-                    row[2], row[3],
-                ])
+            write_csv(target, loaded.records, record_rows,
+                      shares or [None] * len(loaded.records), writing_rows)
     return 0
 
 
@@ -459,63 +459,31 @@ def _report(args: argparse.Namespace) -> int:
             f".pdf), not {suffix or 'a file without a suffix'}; give a file name ending in one"
         )
     check_output(args.output, "--output")
-    names = _names(args) if args.all else [args.name]
-    ledgers = []
-    for name in names:
-        loaded = _load(args, name)
-        ledgers.append((loaded.meta, loaded.records,
-                        f"verified {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: "
-                        f"{len(loaded.records)} intact records"))
-    if not ledgers:
+    family = _family(args, _names(args) if args.all else [args.name])
+    if not family:
         raise StorageError(f"there are no ledgers at {redact_url(args.url)}")
+    tree = share_tree({n: (f.meta, f.records) for n, f in family.items()})
+    ledgers = [(family[node.name].meta, family[node.name].records,
+                f"verified {datetime.now(UTC):%Y-%m-%d %H:%M} UTC: {node.records} intact "
+                "records") for root in tree for _depth, node in root.walk()]
+    shares = {name: found for name in family
+              if (found := _shares(name, family)) is not None}
+    quiet(args)
     if suffix in REPORT_PAGE_SUFFIXES:
         page = html_report(ledgers, title=f"dpaccount ledgers at {redact_url(args.url)}",
-                           by=args.by)
+                           by=args.by, tree=tree, shares=shares)
         with writing(args.output, "--output") as stream:
             stream.write(page)
     else:
+        from dpaccount.plot import plot_ledgers
+
         try:
-            _plot(ledgers, args.by, args.output)
+            plot_ledgers(ledgers, args.by, args.output, shares)
         except OSError as exc:
             raise cannot_write(args.output, "--output", exc.errno, exc.strerror) from None
     print(f"wrote {args.output}" + ("" if given else " (the default, as no --output was given)"),
           file=_out(args))
     return 0
-
-
-def _plot(ledgers: Sequence[tuple[LedgerMeta, Sequence[LedgerRecord], str]], by: str,
-          output: str) -> None:
-    try:
-        import matplotlib
-    except ImportError:
-        raise missing_extra("matplotlib", "plot") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(ledgers), 2, figsize=(11, 3.4 * len(ledgers)), squeeze=False)
-    for row, (meta, records, _status) in zip(axes, ledgers, strict=True):
-        spend = spend_over_time(meta, records, by=by)
-        times = [p.timestamp for p in spend.points]
-        for ax, coordinate, limit in ((row[0], "epsilon", meta.budget.epsilon),
-                                      (row[1], "delta", meta.budget.delta)):
-            if spend.points:
-                stacks = [[p.attributed(g, coordinate) for p in spend.points]
-                          for g in range(len(spend.groups))]
-                ax.stackplot(times, stacks, labels=list(spend.groups), alpha=0.55)
-                ax.plot(times, [float(getattr(p.spent, coordinate)) for p in spend.points],
-                        color="black", label=f"spent under {spend.rule.split(' ')[0]}")
-            if limit is not None:
-                ax.axhline(float(limit), color="red", linestyle="--", label="budget")
-            spent = getattr(spend.spent, coordinate)
-            left = "unlimited" if limit is None else _down(limit - spent)
-            ax.set_title(f"{meta.name}: {coordinate} {_up(spent)} spent, {left} left",
-                         fontsize=10)
-            ax.set_ylabel(coordinate)
-        row[0].legend(fontsize=7, loc="upper left")
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(output)
-    plt.close(fig)
 
 
 # -- least privilege ------------------------------------------------------------------------

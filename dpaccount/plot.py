@@ -15,15 +15,20 @@ Examples:
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from dpaccount._numeric import check_count
 from dpaccount.composition.best import compose_by_name
-from dpaccount.costs import PrivacyCost
+from dpaccount.costs import PrivacyCost, format_bound
 from dpaccount.errors import InvalidCostError, UnsupportedChargeError, missing_extra
+from dpaccount.records import LedgerMeta, LedgerRecord
+from dpaccount.spend import spend_over_time
 
-__all__ = ["CURVES", "composition_curves", "plot_composition"]
+__all__ = ["CURVES", "composition_curves", "plot_composition", "plot_ledgers"]
 
 #: The rules drawn, with their legend labels.
 CURVES = {
@@ -127,3 +132,81 @@ def plot_composition(
     finally:
         pyplot.close(figure)
     return out
+
+
+def plot_ledgers(ledgers: Sequence[tuple[LedgerMeta, Sequence[LedgerRecord], str]], by: str,
+          output: str, shares: dict[str, list[str | None]]) -> None:
+    """``dpaccount ledger report``'s image (``.png``, ``.svg``, ``.pdf``): per ledger,
+    epsilon and delta spent under its rule over time as step charts (delta only where
+    some was spent), attributed to groups as `dpaccount.report.html_report` does.
+
+    Args:
+        ledgers: (settings, records, verification status) of each ledger.
+        by: Group charges by ``"label"``, ``"job"`` or ``"share"``.
+        output: The file to write; its suffix gives the format.
+        shares: Per ledger name, the share behind each of its records.
+
+    Raises:
+        ImportError: matplotlib is not installed (``pip install "dpaccount[plot]"``).
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        raise missing_extra("matplotlib", "plot") from None
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(ledgers), 2, figsize=(11, 3.4 * len(ledgers)), squeeze=False)
+    for row, (meta, records, _status) in zip(axes, ledgers, strict=True):
+        mine = shares.get(meta.name)
+        spend = spend_over_time(meta, records, by=by if by != "share" or mine else "label",
+                                shares=mine)
+        # as the HTML report: 0 before the first charge, the last step drawn on to the
+        # end of the axis, and a record stamped before the one ahead of it drawn there
+        times = list(itertools.accumulate((p.timestamp for p in spend.points), max))
+        start = times[0] if times else datetime.now(UTC)
+        end = times[-1] if times else start
+        pad = (end - start) * 0.04 if end > start else timedelta(hours=1)
+        xs = [start, *times, end + pad] if times else []
+        for ax, coordinate, limit in ((row[0], "epsilon", meta.budget.epsilon),
+                                      (row[1], "delta", meta.budget.delta)):
+            if coordinate == "delta" and spend.spent.delta == 0:
+                ax.axis("off")
+                ax.text(0.5, 0.5, f"{meta.name}: delta spent 0 (no chart)", ha="center")
+                continue
+
+            def padded(values: list[float]) -> list[float]:
+                return [0.0, *values, values[-1]] if values else []
+
+            base = [0.0] * len(times)
+            for g, group in enumerate(spend.groups):
+                top = [b + p.attributed(g, coordinate)
+                       for b, p in zip(base, spend.points, strict=True)]
+                ax.fill_between(xs, padded(base), padded(top), step="post", alpha=0.55,
+                                label=group)
+                base = top
+            if times:
+                ax.plot(xs, padded([float(getattr(p.spent, coordinate))
+                                    for p in spend.points]),
+                        color="black", drawstyle="steps-post",
+                        label=f"spent under {spend.rule.split(' ')[0]}")
+            if limit is not None:
+                ax.axhline(float(limit), color="red", linestyle="--", label="budget")
+            spent = getattr(spend.spent, coordinate)
+            left = ("unlimited" if limit is None
+                    else format_bound(max(limit - spent, 0), upward=False)[0])
+            ax.set_title(f"{meta.name}: {coordinate} {format_bound(spent)[0]} spent, "
+                         f"{left} left", fontsize=10)
+            ax.set_ylabel(coordinate)
+            ax.set_xlabel("time (UTC)", fontsize=8)
+            ax.set_xlim(start - pad, end + pad)
+            locator = mdates.AutoDateLocator(  # type: ignore[no-untyped-call]
+                minticks=3, maxticks=6, tz=UTC)
+            ax.xaxis.set_major_locator(locator)
+            ax.xaxis.set_major_formatter(
+                mdates.ConciseDateFormatter(locator, tz=UTC))  # type: ignore[no-untyped-call]
+        row[0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(output)
+    plt.close(fig)

@@ -346,6 +346,7 @@ def calibrate_dpsgd_noise(
     accountant: str = "pld",
     tolerance: float = 1e-3,
     value_discretization_interval: Any = DEFAULT_INTERVAL,
+    progress: Callable[[int, int | None], object] | None = None,
 ) -> float:
     """The smallest noise multiplier (to ``tolerance``) whose certified epsilon fits.
 
@@ -354,6 +355,12 @@ def calibrate_dpsgd_noise(
     checked to be <= ``target_epsilon`` before it is returned. The schedule is given as
     in `dpsgd_epsilon`. The PLD search starts from the (fast) Renyi-DP answer, which is
     never smaller.
+
+    A PLD calibration of a long run evaluates a privacy loss distribution of many
+    thousands of compositions at each step of the search (seconds each); give
+    ``progress`` to hear of each evaluation: it is called as ``progress(n, None)``
+    after the n-th epsilon is computed (the number of steps of a search is not known in
+    advance). It changes nothing in the search or its answer.
 
     Raises:
         InvalidCostError: For invalid numbers, or if no sigma up to 1e4 reaches the
@@ -377,25 +384,34 @@ def calibrate_dpsgd_noise(
     tol = float(check_positive(tolerance, "tolerance"))
     cap = float_down(target)
     interval = value_discretization_interval
+    evaluations = [0]
+
+    def _epsilon_told(q: Fraction, sigma: float, k: int, delta: Fraction, accountant: str,
+                      interval: Any, refine: bool = True) -> float:
+        value = _epsilon(q, sigma, k, delta, accountant, interval, refine=refine)
+        evaluations[0] += 1
+        if progress is not None:
+            progress(evaluations[0], None)
+        return value
 
     def fits_rdp(sigma: float) -> bool:
         # The integer orders alone give a valid bound in microseconds; the fractional
         # search runs only where that bound does not already fit.
-        if _epsilon(q, sigma, k, delta, "rdp", interval, refine=False) <= cap:
+        if _epsilon_told(q, sigma, k, delta, "rdp", interval, refine=False) <= cap:
             return True
-        return _epsilon(q, sigma, k, delta, "rdp", interval) <= cap
+        return _epsilon_told(q, sigma, k, delta, "rdp", interval) <= cap
 
     known: dict[float, float] = {}
 
     def eps_pld(sigma: float) -> float:
         if sigma not in known:
-            known[sigma] = _epsilon(q, sigma, k, delta, "pld", interval)
+            known[sigma] = _epsilon_told(q, sigma, k, delta, "pld", interval)
         return known[sigma]
 
     def fits(sigma: float) -> bool:
         if accountant == "pld":
             return eps_pld(sigma) <= cap
-        return _epsilon(q, sigma, k, delta, accountant, interval) <= cap
+        return _epsilon_told(q, sigma, k, delta, accountant, interval) <= cap
 
     if accountant == "rdp":
         sigma = _smallest_fitting(fits_rdp, tol, 1.0, target_epsilon)

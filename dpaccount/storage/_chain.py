@@ -410,7 +410,8 @@ VERIFY_CHUNK: Final = 50_000
 
 def check_ledger(chunks: Iterable[Sequence[RecordRow]], cached: LedgerTip,
                  snapshot_rows: Sequence[SnapshotRow], key: LedgerKey | None,
-                 sink: Callable[[list[LedgerRecord]], object] | None = None) -> None:
+                 sink: Callable[[list[LedgerRecord]], object] | None = None,
+                 progress: Callable[[int, int | None], object] | None = None) -> None:
     """Verify a whole ledger's records: decoded, chained from the genesis hash, the cached
     tip what they add up to, and every snapshot's link and tip those of the records up
     to its head.
@@ -423,6 +424,8 @@ def check_ledger(chunks: Iterable[Sequence[RecordRow]], cached: LedgerTip,
         key: The ledger's key if it is keyed.
         sink: Given each chunk's decoded records once they are checked (a caller that
             needs the records too, such as ``dpaccount ledger verify``, decodes once).
+        progress: Called as ``progress(checked, total)`` after each chunk, ``total``
+            the cached tip's record count (what a progress bar shows).
 
     Raises:
         LedgerCorruptError: With the seq of the first bad record.
@@ -438,6 +441,8 @@ def check_ledger(chunks: Iterable[Sequence[RecordRow]], cached: LedgerTip,
         costs.extend(record.cost for record in records)
         if sink is not None:
             sink(records)
+        if progress is not None:
+            progress(len(costs), cached.head)
         for head in heads:
             if start < head <= len(costs):
                 hashes[head] = chunk[head - start - 1][3]

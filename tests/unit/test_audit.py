@@ -173,20 +173,39 @@ def test_the_html_report_in_headless_chromium(sqlite_url: str, tmp_path: Path) -
     spent = _rdp_ledger(sqlite_url)
     with open_ledger(sqlite_url, name="census", budget=Budget(1)) as acct:
         acct.charge(PrivacyCost("0.25"), label="count adults")
+    with open_ledger(sqlite_url, name="census/team-a", budget=Budget("0.5"),
+                     parent="census") as team:
+        team.charge(PrivacyCost("0.125"), label="team count")
     page = tmp_path / "report.html"
     status, _ = run("report", sqlite_url, "--all", "--output", str(page))
     assert status == 0
     dom = _browse(binary, "--dump-dom", page.as_uri())
-    text = re.sub(r"<[^>]+>", " ", dom)
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom))
     assert "ledger train" in text and "ledger census" in text
     train = text.split("ledger train", 1)[1]
     shown = re.search(r"spent under the rule \(rounded up\)\s*ε (\S+), δ (\S+)", train)
     assert shown is not None
     assert float(shown[1]) >= float(spent.epsilon) > float(shown[1]) * (1 - 1e-5)
     assert "OVERSPENT" not in text
-    assert dom.count("<svg") == 4 and dom.count("<polyline") == 4
-    shot = tmp_path / "report.png"
-    _browse(binary, f"--screenshot={shot}", "--window-size=820,1400", page.as_uri())
+    # The glossary explains the words the page uses: the relation and the rules shown.
+    glossary = text.split("Glossary", 1)[1].split("Ledgers and their shares", 1)[0]
+    for term in ("relation add_remove", "spent under the rule", "rule basic", "rule rdp",
+                 "share"):
+        assert term in glossary, term
+    # The tree: the share under its parent, with its spend against its budget (25%).
+    tree = text.split("Ledgers and their shares", 1)[1].split("ledger census", 1)[0]
+    assert re.search(r"census — ε 0\.375 of 1 .*census/team-a — ε 0\.125 of 0\.5 .*25%",
+                     tree)
+    # The parent's section names the share behind its charges.
+    census = dom.split("ledger census<", 1)[1].split('<section class="ledger">', 1)[0]
+    assert "latest charges, with the share behind each" in census
+    assert re.search(r"<td>census/team-a</td><td>team count</td>", census)
+    # δ is drawn only where it was spent: train (rdp) spends δ; census and its share none.
+    assert dom.count('class="chart-delta"') == 1 and dom.count('class="chart-epsilon"') == 3
+    assert 'class="chart-delta"' not in census and "δ spent: 0" in census
+    assert dom.count("<polyline") == 4
+    shot = tmp_path / "report.png"  # kept with the test's tmp artifacts
+    _browse(binary, f"--screenshot={shot}", "--window-size=820,2400", page.as_uri())
     from PIL import Image
 
     with Image.open(shot) as image:

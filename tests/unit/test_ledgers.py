@@ -145,7 +145,8 @@ def test_export_json_and_csv(ledger_url: str, tmp_path: Path) -> None:
                "--out", str(out))[0] == 0
     rows = list(csv.DictReader(io.StringIO(out.read_text())))
     assert [Fraction(r["epsilon"]) for r in rows] == [Fraction(1, 4), Fraction(1, 2)]
-    assert rows[1]["delta"] == "1/10000000"
+    # the decimal first (never below the value), the exact fraction beside it
+    assert rows[1]["delta"] == "1e-07" and rows[1]["delta_exact"] == "1/10000000"
 
 
 def test_report_writes_a_png(ledger_url: str, tmp_path: Path) -> None:

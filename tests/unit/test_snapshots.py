@@ -325,7 +325,7 @@ def test_a_retried_full_verification_collects_each_record_once(
     def busy_once(chunks: Any, *args: Any) -> None:
         calls.append(1)
         if len(calls) == 1:  # the first attempt reads two chunks, then the file is busy
-            sink = args[-1]
+            sink = args[3]  # (cached, snapshots, key, sink, progress)
             for _, chunk in zip(range(2), chunks, strict=False):
                 sink([object()] * len(chunk))
             raise sqlite3.OperationalError("database is locked")

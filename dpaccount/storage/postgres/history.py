@@ -28,7 +28,8 @@ __all__ = ["PostgresHistory"]
 class PostgresHistory(PostgresAppends):
     """The settings history and the snapshots of one ledger (a part of `PostgresStore`)."""
 
-    def verify(self, collect: Any = None) -> LedgerTip:  # pragma: no cover - PostgresStore
+    def verify(self, collect: Any = None, *,  # pragma: no cover - PostgresStore
+               progress: Any = None) -> LedgerTip:
         raise NotImplementedError
 
     def snapshots(self) -> list[Snapshot]:

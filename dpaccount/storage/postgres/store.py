@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dpaccount.errors import (
@@ -336,12 +336,24 @@ class PostgresStore(PostgresHistory, PostgresRoles):
             ]
         )
 
-    def verify(self, collect: list[LedgerRecord] | None = None) -> LedgerTip:
+    def metas(self) -> dict[str, LedgerMeta]:
+        """Every ledger's stored settings, by name, in one read (how the auditor's view
+        finds a ledger's shares: their ``parent``)."""
+        rows = self._read(
+            lambda cur: cur.execute(
+                f"SELECT name, meta FROM {self._s}.ledgers ORDER BY name").fetchall()
+        )
+        return {stored_name(name): parse_meta(text) for name, text in rows}
+
+    def verify(self, collect: list[LedgerRecord] | None = None, *,
+               progress: Callable[[int, int | None], object] | None = None) -> LedgerTip:
         """Check the whole ledger: records, chain, cached tip and metadata history.
 
         The records are read and checked in chunks of `VERIFY_CHUNK`. Given a list
         ``collect``, the decoded records are added to it once the whole check passed (so
         a caller that needs them decodes once; a retried read adds them only once).
+        ``progress(checked, total)`` is called after each chunk (a retried read starts
+        its count again).
 
         Raises:
             LedgerCorruptError: With ``.seq`` set to the first bad record.
@@ -363,7 +375,7 @@ class PostgresStore(PostgresHistory, PostgresRoles):
                 )
                 check_ledger(iter(lambda: rows.fetchmany(VERIFY_CHUNK), []), cached,
                              snapshots, self._key,
-                             None if collect is None else got.extend)
+                             None if collect is None else got.extend, progress)
             self._check_history(cur)
             return cached, got
 
