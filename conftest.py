@@ -1,7 +1,8 @@
 """Collection rules for the whole tree: framework adapters need their framework.
 
-`dpaccount.integrations.opacus` and `dpaccount.integrations.jax` import Opacus / JAX
-when imported, so their doctests are only collected where the framework is installed.
+`dpaccount.integrations.opacus`, `dpaccount.integrations.jax` and
+`dpaccount.integrations.dp_events` import Opacus / JAX / dp_accounting when imported,
+so their doctests are only collected where the framework is installed.
 With ``DPACCOUNT_REQUIRE_ML=1`` (set by ``.ci/run``) nothing is skipped: a missing
 framework fails the run instead.
 """
@@ -14,6 +15,7 @@ import os
 _ADAPTERS = {
     "dpaccount/integrations/opacus.py": "opacus",
     "dpaccount/integrations/jax.py": "jax",
+    "dpaccount/integrations/dp_events.py": "dp_accounting",
 }
 
 collect_ignore = [

@@ -23,11 +23,13 @@ Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
    least 3 repeats; min and median of the ratio to the mean of the two raw runs around
    it). Basic is decided on the store's sums; every other rule by compare-and-append
    until writers meet, then under the store's lock (``append_decided``). Goal (issue
-   16): ratio >= 0.5 for every rule. On Linux each row also prints the machine's CPU
-   time per transaction (clients, server and kernel together, from ``/proc/stat``), raw
-   and ledger: on a machine whose cores the clients share with the database, a run that
-   keeps the cores busy reaches at most (cores x 1 s) / (CPU per charge) charges/s. (The
-   raw side also waits on the disk, so the ratio of the two CPU times is not a bound.)
+   16): ratio >= 0.5 for every rule. Each row also prints the CPU time per transaction,
+   raw and ledger, per process (issue 27, item 6): the writers' own CPU
+   (``time.process_time`` in each, over the timed loop) and, for PostgreSQL, their
+   backends' (``/proc/<pid>/stat`` of each connection's ``pg_backend_pid()``); other
+   processes on the machine (other benchmarks, other users) do not count, as they did
+   in the machine-wide ``/proc/stat`` this part read before. PostgreSQL's background
+   processes (WAL writer, checkpointer) are counted on neither side.
 
 4. ``--guard REV``: what failing closed inside the deciding transaction costs per charge
    (issue 28, item 3): the code at git revision ``REV`` (before the checks) against the
@@ -36,7 +38,8 @@ Run: ``python benchmarks/bench_storage.py [--pg URL] [--seconds S]``
    then under the lock), ``before`` and ``after`` alternating (``--repeats`` pairs).
    Each writer is its own process, importing dpaccount from one tree or the other.
    Prints charges/s (median), the ratio after/before (median of the pairs' ratios) and
-   the machine's CPU per charge (clients, server and kernel, from ``/proc/stat``).
+   the CPU per charge of the writer processes and of their PostgreSQL backends (per
+   process, from ``time.process_time`` and ``/proc/<pid>/stat``).
 
 Every ledger charge is durable when it returns, as every raw transaction is: SQLite
 ledgers use the default ``commit="group"`` (one fsync of the WAL per charge, after the
@@ -230,30 +233,39 @@ def _rule_charge(rule: str) -> object:
 
 def _raw_writer(kind: str, target: str, seconds: float, go: multiprocessing.synchronize.Event,
                 out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    """Raw one-row transactions for ``seconds``; puts (count, client CPU s, server CPU s):
+    this process's CPU and, for PostgreSQL, its backend's (``pg_backend_pid()``)."""
     payload = "x" * 300
     done = 0
     if kind == "sqlite":
         conn = sqlite3.connect(target, isolation_level=None, timeout=60)
         conn.execute("PRAGMA synchronous = FULL")
         go.wait()
+        client = time.process_time()
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT INTO t (payload) VALUES (?)", (payload,))
             conn.execute("COMMIT")
             done += 1
+        client = time.process_time() - client
         conn.close()
-    else:
-        import psycopg
+        out.put((done, client, 0.0))
+        return
+    import psycopg
 
-        url, table = target.rsplit("#", 1)
-        with psycopg.connect(url, autocommit=True) as pg:
-            go.wait()
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                pg.execute(f"INSERT INTO {table} (payload) VALUES (%s)", (payload,))
-                done += 1
-    out.put(done)
+    url, table = target.rsplit("#", 1)
+    with psycopg.connect(url, autocommit=True) as pg:
+        row = pg.execute("SELECT pg_backend_pid()").fetchone()
+        backend = int(row[0]) if row else None
+        go.wait()
+        client, server = time.process_time(), _process_seconds(backend)
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pg.execute(f"INSERT INTO {table} (payload) VALUES (%s)", (payload,))
+            done += 1
+        client, server = time.process_time() - client, _process_seconds(backend) - server
+    out.put((done, client, server))
 
 
 def _ledger_writer(url: str, rule: str, seconds: float, go: multiprocessing.synchronize.Event,
@@ -264,29 +276,27 @@ def _ledger_writer(url: str, rule: str, seconds: float, go: multiprocessing.sync
     if os.environ.get("BENCH_FORCE_CAS"):  # the compare-and-append path, for comparison
         acct._deciding_store = None
     charge = _rule_charge(rule)
+    store: Any = acct.store
+    backend = None
+    if url.startswith("postgres"):  # the server process of this writer's connection
+        row = store._connection().execute("SELECT pg_backend_pid()").fetchone()
+        backend = int(row[0]) if row else None
     go.wait()
+    client, server = time.process_time(), _process_seconds(backend)
     done, end = 0, time.perf_counter() + seconds
     while time.perf_counter() < end:
         acct.charge(charge)  # type: ignore[arg-type]
         done += 1
+    client, server = time.process_time() - client, _process_seconds(backend) - server
     acct.store.close()
-    out.put(done)
+    out.put((done, client, server))
 
 
-def _busy_seconds() -> float | None:
-    """CPU seconds the whole machine has spent busy so far (Linux; None elsewhere):
-    clients, database server and kernel alike."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]
-    except OSError:
-        return None
-    idle = fields[3] + fields[4]  # idle, iowait
-    return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-#: Machine CPU microseconds per transaction of the last `_processes` run (None: unknown).
-LAST_CPU_US: list[float | None] = [None]
+#: CPU microseconds per transaction of the last `_processes` run, summed over its writer
+#: processes (client) and over their PostgreSQL backends (server; 0 for SQLite, which
+#: runs in the writer). Per process, from ``time.process_time`` in each writer and
+#: ``/proc/<pid>/stat`` of its backend: other processes on the machine do not count.
+LAST_CPU_US: list[tuple[float, float]] = [(0.0, 0.0)]
 
 
 def _processes(target: Callable[..., None], args: tuple[object, ...], seconds: float) -> float:
@@ -297,14 +307,14 @@ def _processes(target: Callable[..., None], args: tuple[object, ...], seconds: f
     for p in procs:
         p.start()
     time.sleep(0.5)
-    busy = _busy_seconds()
     go.set()
-    total = sum(out.get(timeout=seconds + 120) for _ in procs)
-    after = _busy_seconds()
+    results = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    LAST_CPU_US[0] = (None if busy is None or after is None or not total
-                      else (after - busy) / total * 1e6)
+    total = sum(done for done, _, _ in results)
+    if total:
+        LAST_CPU_US[0] = (sum(c for _, c, _ in results) / total * 1e6,
+                          sum(s for _, _, s in results) / total * 1e6)
     return float(total) / seconds
 
 
@@ -345,7 +355,10 @@ def filters_part(pg: str, seconds: float, repeats: int) -> None:
               "ratio = ledger / mean(raw before, raw after)")
         for backend, targets in backends:
             for rule in rules:
-                ratios, rates, cpu_raw, cpu_ours = [], [], [], []
+                ratios: list[float] = []
+                rates: list[float] = []
+                cpu_raw: list[tuple[float, float]] = []
+                cpu_ours: list[tuple[float, float]] = []
                 for i in range(repeats):
                     raw_target, url = targets(f"{rule}{i}")
                     kind = "sqlite" if backend == "sqlite" else "postgres"
@@ -357,11 +370,13 @@ def filters_part(pg: str, seconds: float, repeats: int) -> None:
                     cpu_raw.append(LAST_CPU_US[0])
                     ratios.append(ours / ((before + after) / 2))
                     rates.append(ours)
-                cpu = ""
-                if None not in cpu_raw + cpu_ours:
-                    cpu = (f"  machine CPU per transaction: raw "
-                           f"{statistics.median(cpu_raw):.0f} us, ledger "  # type: ignore[type-var]
-                           f"{statistics.median(cpu_ours):.0f} us")  # type: ignore[type-var]
+                raw_client = statistics.median(c for c, _ in cpu_raw)
+                raw_server = statistics.median(s for _, s in cpu_raw)
+                our_client = statistics.median(c for c, _ in cpu_ours)
+                our_server = statistics.median(s for _, s in cpu_ours)
+                cpu = (f"  CPU us per transaction, client + server: raw {raw_client:.0f} + "
+                       f"{raw_server:.0f}, ledger {our_client:.0f} + {our_server:.0f} "
+                       f"({(our_client + our_server) / (raw_client + raw_server):.1f}x)")
                 print(f"  {backend:9s} {rule:7s} {statistics.median(rates):8.0f} charges/s  "
                       f"ratio to raw min {min(ratios):.2f} median "
                       f"{statistics.median(ratios):.2f} (goal >= 0.5){cpu}", flush=True)

@@ -11,6 +11,7 @@ Examples:
     PrivacyCost(epsilon=0.5, delta=0)
 """
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from dpaccount.accountant import Accountant
@@ -55,6 +56,10 @@ from dpaccount.mechanisms import (
     RandomSource,
 )
 from dpaccount.records import LedgerRecord
+
+# The library convention of Python's logging: a NullHandler on the package's logger and
+# nothing else configured; the application attaches handlers (docs/pipelines.md, "Logging").
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:  # imported on first use (below): they load the tight engines
     from dpaccount import aggregates

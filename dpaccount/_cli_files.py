@@ -16,6 +16,7 @@ import contextlib
 import errno
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from typing import Any, NoReturn, TextIO
@@ -27,6 +28,7 @@ __all__ = [
     "RedactingArgumentParser",
     "cannot_write",
     "check_output",
+    "default_output",
     "describe_os_error",
     "error_line",
     "read_json",
@@ -97,6 +99,22 @@ def check_output(path: str, option: str) -> None:
         code = None if stat.S_ISDIR(folder.st_mode) else errno.ENOTDIR
     if code is not None:
         raise cannot_write(path, option, code)
+
+
+def default_output(name: str, ending: str) -> str:
+    """The file a command writes when no ``--output`` is given: ``<name><ending>`` in the
+    current folder, every character of ``name`` other than ASCII letters, digits, ``.``,
+    ``_`` and ``-`` replaced by ``_`` (a share's ``census/team-a`` gives
+    ``census_team-a``), so the name can never leave the folder.
+
+    Examples:
+        >>> default_output("census/team-a", "-report.html")
+        'census_team-a-report.html'
+        >>> default_output("..", "-report.html")
+        '_..-report.html'
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return ("_" + safe if safe.startswith(".") else safe) + ending
 
 
 @contextlib.contextmanager

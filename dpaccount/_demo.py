@@ -109,7 +109,7 @@ def run_demo(acct: Accountant, out: TextIO | None = None) -> int:
             break
         answers[step.label] = answer
         record = acct.records[-1]
-        left = acct.remaining()
+        left = acct.remaining
         print(f"{record.seq:>3}  {step.label:<48} {_fmt_answer(answer):>40}  "
               f"{record.cost!s:<30} {left}", file=out)
         if step.label.startswith("sum of ages") and "count of all people" in answers:

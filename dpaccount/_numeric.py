@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Final
@@ -28,7 +28,9 @@ from dpaccount.errors import InvalidCostError
 
 __all__ = [
     "ONE",
+    "SUM_BITS",
     "ZERO",
+    "bounded_up",
     "check_count",
     "check_delta",
     "check_epsilon",
@@ -36,6 +38,7 @@ __all__ = [
     "check_rate",
     "down",
     "exp_up",
+    "fits_grid",
     "float_down",
     "float_up",
     "gaussian_delta_up",
@@ -77,6 +80,78 @@ def at_most(a: Fraction, b: Fraction) -> bool:
         (True, False)
     """
     return a.numerator * b.denominator <= b.numerator * a.denominator
+
+
+#: The grid of every exact running sum that can grow without bound (a rule's sums of
+#: distinct run-time parameters, a SQL store's cached tip): a sum whose reduced
+#: denominator needs more bits than this is rounded **up** to a multiple of
+#: ``2**-SUM_BITS``. Sums of floats (denominators up to 2**1074, their squares 2**2148)
+#: and of decimals within the cost bounds never reach it, so they stay exact; sums of
+#: values with pairwise coprime denominators (``1/sigma**2`` for distinct float sigmas,
+#: ``1/(10**100 + k)``) would otherwise grow without bound and make every charge slower.
+SUM_BITS: Final = 4096
+
+
+def bounded_up(value: Fraction) -> Fraction:
+    """``value`` if its reduced denominator fits in `SUM_BITS` bits, else the next multiple
+    of ``2**-SUM_BITS`` above it: never below ``value``, and above it by less than
+    ``2**-SUM_BITS``. The one rounding of every bounded sum (rules and SQL stores;
+    PostgreSQL's append function does the same in ``numeric``), so a sum of n terms is an
+    upper bound on the exact sum, within n * 2**-SUM_BITS of it, and costs O(1) per term.
+
+    Examples:
+        >>> bounded_up(Fraction(1, 3))
+        Fraction(1, 3)
+        >>> big = Fraction(1, 3**3000)
+        >>> 0 < bounded_up(big) - big < Fraction(1, 2**4096)
+        True
+        >>> bounded_up(big).denominator == 2**4096
+        True
+    """
+    denominator = value.denominator
+    if denominator.bit_length() <= SUM_BITS:
+        return value
+    # ceil(value * 2**SUM_BITS), dividing by the odd part of the denominator only (a sum
+    # on the grid plus a fresh term has a small odd part: a short division)
+    twos = (denominator & -denominator).bit_length() - 1
+    odd = denominator >> twos
+    if twos <= SUM_BITS:
+        grid = -((-value.numerator << (SUM_BITS - twos)) // odd)
+    else:
+        grid = -((-value.numerator) // (odd << (twos - SUM_BITS)))
+    if grid == 0:
+        return ZERO
+    # reduced without a gcd: the denominator is a power of two
+    zeros = min((grid & -grid).bit_length() - 1, SUM_BITS)
+    return _coprime(grid >> zeros, 1 << (SUM_BITS - zeros))
+
+
+def _coprime(numerator: int, denominator: int) -> Fraction:
+    """``Fraction(numerator, denominator)`` for coprime arguments, denominator > 0,
+    without the gcd the constructor would compute (``Fraction._from_coprime_ints`` of
+    Python 3.12, which 3.11 lacks)."""
+    value = object.__new__(Fraction)
+    object.__setattr__(value, "_numerator", numerator)
+    object.__setattr__(value, "_denominator", denominator)
+    return value
+
+
+def fits_grid(denominators: Iterable[int]) -> bool:
+    """Whether every sum of terms with these denominators (any multiplicities, any order)
+    stays exact under `bounded_up`: their least common multiple fits in `SUM_BITS` bits
+    (every such sum's reduced denominator divides it). Stops at the first that does not.
+
+    Examples:
+        >>> fits_grid([2**1074, 10**300, 3]), fits_grid([2**4096, 3])
+        (True, False)
+    """
+    common = 1
+    for denominator in denominators:
+        if common % denominator:
+            common = math.lcm(common, denominator)
+            if common.bit_length() > SUM_BITS:
+                return False
+    return True
 
 
 def int_text(value: int) -> str:
@@ -377,6 +452,20 @@ def sqrt_up(x: Fraction | float) -> float:
 _NDTR_SLACK = 1e-12
 
 
+def _ratio_up(numerator: int, denominator: int) -> float:
+    """The smallest float >= numerator / denominator (denominator > 0): `float_up` of that
+    Fraction, without building it (int division is correctly rounded).
+
+    Raises:
+        OverflowError: The ratio is beyond the floats (as ``float(Fraction)`` raises).
+    """
+    result = numerator / denominator
+    top, bottom = result.as_integer_ratio()
+    if top * denominator < numerator * bottom:
+        result = math.nextafter(result, math.inf)
+    return result
+
+
 def gaussian_delta_up(epsilon: Fraction, mu: Fraction) -> Fraction:
     """An upper bound on the exact delta(epsilon) of the Gaussian mechanism.
 
@@ -396,10 +485,16 @@ def gaussian_delta_up(epsilon: Fraction, mu: Fraction) -> Fraction:
         >>> 0.1269 < float(gaussian_delta_up(Fraction(1), Fraction(1))) < 0.1270
         True
     """
-    a = float_up(mu / 2 - epsilon / mu)
-    b = float_down(-mu / 2 - epsilon / mu)
+    # With mu = P/Q and epsilon = R/S: mu/2 -+ epsilon/mu = (P^2 S -+ 2 R Q^2) / (2 P Q S),
+    # rounded to floats exactly as `float_up` / `float_down` round those Fractions, in
+    # integers (no gcd): a charge of a fresh sigma costs this on the charging path.
+    p, q = mu.numerator, mu.denominator
+    r, s = epsilon.numerator, epsilon.denominator
+    square, cross, scale = p * p * s, 2 * r * q * q, 2 * p * q * s
+    a = _ratio_up(square - cross, scale)
+    b = -_ratio_up(square + cross, scale)
     first = float(special.ndtr(a)) * (1 + _NDTR_SLACK)
-    second = math.exp(float_down(epsilon) + float(special.log_ndtr(b))) * (1 - _NDTR_SLACK)
+    second = math.exp(-_ratio_up(-r, s) + float(special.log_ndtr(b))) * (1 - _NDTR_SLACK)
     value = first - second
     if value <= 0:
         # The difference is positive in exact arithmetic; a non-positive float means it

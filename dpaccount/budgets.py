@@ -380,7 +380,7 @@ class BlockLedgers:
 
     def remaining(self, block: str) -> Budget:
         """What ``block`` has left (a new block has its whole budget)."""
-        return self.ledger(block).remaining()
+        return self.ledger(block).remaining
 
     def close(self) -> None:
         """Close every block's ledger."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from dpaccount._cli_files import RedactingArgumentParser, error_line
 from dpaccount.costs import PrivacyCost, format_number
-from dpaccount.errors import ConfigError, DPAccountError
+from dpaccount.errors import ConfigError, DPAccountError, InvalidCostError
 
 __all__ = ["build_parser", "main"]
 
@@ -29,6 +29,20 @@ __all__ = ["build_parser", "main"]
 MAX_COMPOSE_COUNT = 10**12
 MAX_OPTIMAL_CLI_COUNT = 10**6
 MAX_PLOT_COUNT = 10**5
+
+
+#: The flag of each parameter an error may name, so that its message says what to fix.
+FLAGS = {"epsilon": "--epsilon", "delta": "--delta", "delta_slack": "--delta-slack",
+         "k": "--count"}
+
+
+def _flagged(exc: InvalidCostError) -> ConfigError:
+    """``exc`` restated with the command line's flag for its field (``--delta-slack``,
+    not ``delta_slack``)."""
+    flag = FLAGS.get(exc.field, exc.field)
+    if exc.value is None:  # a flag that was not given, which this rule needs
+        return ConfigError(f"give {flag}: {exc.reason} (e.g. {flag} 1e-6)")
+    return ConfigError(f"{flag} {str(exc.value)!r}: {exc.reason}")
 
 
 def _count(limit: int) -> Any:
@@ -73,10 +87,13 @@ def _cmd_compose(args: argparse.Namespace) -> int:
             f"--count {args.count:,} is above {MAX_OPTIMAL_CLI_COUNT:,}, the largest k the "
             "exact optimum is computed for here; use --rule heterogeneous or advanced"
         )
-    total, theorem = compose_by_name(
-        args.rule, PrivacyCost(args.epsilon, args.delta), args.count, args.delta_slack,
-        optimal_limit=MAX_OPTIMAL_CLI_COUNT,
-    )
+    try:
+        total, theorem = compose_by_name(
+            args.rule, PrivacyCost(args.epsilon, args.delta), args.count, args.delta_slack,
+            optimal_limit=MAX_OPTIMAL_CLI_COUNT,
+        )
+    except InvalidCostError as exc:
+        raise _flagged(exc) from None
     if args.json:
         print(json.dumps({
             "rule": args.rule,
@@ -112,8 +129,11 @@ def _add_plot_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _cmd_plot_composition(args: argparse.Namespace) -> int:
     from dpaccount.plot import plot_composition
 
-    path = plot_composition(args.epsilon, args.delta, args.count, args.delta_slack,
-                            args.output)
+    try:
+        path = plot_composition(args.epsilon, args.delta, args.count, args.delta_slack,
+                                args.output)
+    except InvalidCostError as exc:
+        raise _flagged(exc) from None
     print(f"wrote {path}")
     return 0
 

@@ -17,6 +17,8 @@ Examples:
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -26,7 +28,8 @@ import attrs
 from dpaccount._numeric import ZERO, at_most, check_delta, check_epsilon, float_up
 from dpaccount.errors import InvalidCostError
 
-__all__ = ["Budget", "PrivacyCost", "as_budget", "format_number", "trusted_cost"]
+__all__ = ["Budget", "PrivacyCost", "RemainingBudget", "as_budget", "format_number",
+           "trusted_cost"]
 
 
 def format_number(value: Fraction | None) -> str:
@@ -326,6 +329,60 @@ class Budget:
         return f"({', '.join(parts)})"
 
 
+def _budget_args(budget: Budget) -> tuple[Any, Fraction]:
+    """``Budget(*result, rho=budget.rho)`` rebuilds ``budget`` (an unlimited or rho-only
+    epsilon through its sentinel)."""
+    if budget.epsilon is not None:
+        return budget.epsilon, budget.delta
+    return (_UNLIMITED if budget.rho is None else _ABSENT), budget.delta
+
+
+@attrs.frozen(repr=False, eq=False)
+class RemainingBudget(Budget):
+    """What `dpaccount.Accountant.remaining` returns: a `Budget` (the largest cost one more
+    query may have), equal to the plain `Budget` of the same values, that can still be
+    called as the method ``remaining(k)`` was.
+
+    Calling it is deprecated (a `DeprecationWarning`): ``acct.remaining()`` returns this
+    same value, and ``acct.remaining(k)`` returns ``acct.remaining_for(k)``. Read
+    ``acct.remaining`` (like ``acct.spent``) and call ``acct.remaining_for(k)`` instead.
+
+    Examples:
+        >>> left = RemainingBudget.of(Budget("0.25"))
+        >>> left == Budget("0.25"), left
+        (True, Budget(epsilon=0.25, delta=0))
+    """
+
+    per_query: Callable[[int], Budget] | None = attrs.field(default=None, kw_only=True)
+
+    @classmethod
+    def of(cls, budget: Budget,
+           per_query: Callable[[int], Budget] | None = None) -> RemainingBudget:
+        """``budget`` as a remaining budget; ``per_query(k)`` answers the deprecated call
+        with ``k`` (the accountant's `remaining_for`)."""
+        return cls(*_budget_args(budget), rho=budget.rho, per_query=per_query)
+
+    def __call__(self, k: int = 1) -> Budget:
+        """Deprecated: the old method ``remaining(k)`` (this value for ``k`` = 1)."""
+        warnings.warn(
+            "Accountant.remaining is a value now, like Accountant.spent: read "
+            "acct.remaining without calling it, and call acct.remaining_for(k) for the "
+            "largest cost of each of k more queries",
+            DeprecationWarning, stacklevel=2)
+        if self.per_query is None or (type(k) is int and k == 1):
+            return self
+        return self.per_query(k)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Budget):
+            return NotImplemented
+        return (self.epsilon, self.delta, self.rho) == (other.epsilon, other.delta,
+                                                        other.rho)
+
+    def __hash__(self) -> int:
+        return hash(Budget(*_budget_args(self), rho=self.rho))
+
+
 def as_budget(value: Any) -> Budget:
     """``value`` as a `Budget`: a Budget as is, a `PrivacyCost` as its (ε, δ), an
     ``(epsilon, delta)`` tuple, or a number (epsilon only).
@@ -339,6 +396,8 @@ def as_budget(value: Any) -> Budget:
     Raises:
         InvalidCostError: Not a valid budget.
     """
+    if isinstance(value, RemainingBudget):  # a plain value, without the accountant's link
+        return Budget(*_budget_args(value), rho=value.rho)
     if isinstance(value, Budget):
         return value
     if isinstance(value, PrivacyCost):

@@ -183,7 +183,8 @@ class DuplicateQueryError(DPAccountError):
 
     Retrying a query with the same id never charges twice, and it must not run the query
     again either (fresh noise for free would leak more). The original record is kept
-    in `record`.
+    in `record`. The ledger keeps charges, never answers: a job that may be retried
+    stores its answer itself (or uses a new query id for a new query).
 
     Attributes:
         query_id: The repeated id.
@@ -193,10 +194,14 @@ class DuplicateQueryError(DPAccountError):
     def __init__(self, query_id: str, record: Any) -> None:
         self.query_id = query_id
         self.record = record
+        when = getattr(record, "timestamp", None)
+        at = "" if when is None else f", {when:%Y-%m-%d %H:%M:%S} UTC"
         super().__init__(
-            f"query_id {query_id!r} was already charged (record {record.seq}); it is not "
-            "charged again and the query must not be re-run. Use the first answer, or a "
-            "new query_id for a new query."
+            f"query_id {query_id!r} was already charged (record {record.seq}{at}); nothing "
+            "was charged again, and the query must not run again (fresh noise would leak "
+            "more). The ledger keeps the charge (its label, cost and time), not the "
+            "answer: reuse the answer your job stored from that run, or give a new "
+            "query_id to run a new query (charged anew)."
         )
 
 

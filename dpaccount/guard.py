@@ -62,9 +62,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dpaccount.accountant.logs import log_query_failed
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.mechanisms.labels import PublicLabels, plain_release
 
@@ -75,6 +77,7 @@ __all__ = ["guard", "run"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 QueryId = str | Callable[..., str] | None
+_log = logging.getLogger(__name__)
 
 
 def _label_of(query: Callable[..., Any]) -> str:
@@ -95,6 +98,27 @@ def _query_id_for(query_id: QueryId, args: tuple[Any, ...], kwargs: dict[str, An
     if query_id is None or isinstance(query_id, str):
         return query_id
     return query_id(*args, **kwargs)
+
+
+def _answer(accountant: Accountant, label: str, query_id: str | None,
+            query: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run the charged query; a failure is logged by its exception's type only (its text
+    may quote the data) and raised as it is (the charge is kept: no refunds)."""
+    try:
+        return query(*args, **kwargs)
+    except Exception as error:
+        log_query_failed(_log, accountant.name, label, query_id, error)
+        raise
+
+
+async def _answer_async(accountant: Accountant, label: str, query_id: str | None,
+                        answer: Awaitable[Any]) -> Any:
+    """`_answer` for an ``async`` query's awaitable."""
+    try:
+        return await answer
+    except Exception as error:
+        log_query_failed(_log, accountant.name, label, query_id, error)
+        raise
 
 
 def _release(mechanism: Mechanism, labels: PublicLabels | None, answer: Any) -> Any:
@@ -153,16 +177,17 @@ def guard(
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 qid = _query_id_for(query_id, args, kwargs)
                 await asyncio.to_thread(accountant.charge, mechanism, label=name, query_id=qid)
-                return _release(mechanism, labels, await query(*args, **kwargs))
+                answer = await _answer_async(accountant, name, qid, query(*args, **kwargs))
+                return _release(mechanism, labels, answer)
 
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(query)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            accountant.charge(
-                mechanism, label=name, query_id=_query_id_for(query_id, args, kwargs)
-            )
-            return _release(mechanism, labels, query(*args, **kwargs))
+            qid = _query_id_for(query_id, args, kwargs)
+            accountant.charge(mechanism, label=name, query_id=qid)
+            answer = _answer(accountant, name, qid, query, args, kwargs)
+            return _release(mechanism, labels, answer)
 
         return wrapper  # type: ignore[return-value]
 
@@ -201,8 +226,9 @@ def run(accountant: Accountant, mechanism: Mechanism, query: Callable[..., Any],
 
         async def charged() -> Any:
             await asyncio.to_thread(accountant.charge, mechanism, label=name, query_id=query_id)
-            return _release(mechanism, labels, await query(*args, **kwargs))
+            answer = await _answer_async(accountant, name, query_id, query(*args, **kwargs))
+            return _release(mechanism, labels, answer)
 
         return charged()
     accountant.charge(mechanism, label=name, query_id=query_id)
-    return _release(mechanism, labels, query(*args, **kwargs))
+    return _release(mechanism, labels, _answer(accountant, name, query_id, query, args, kwargs))

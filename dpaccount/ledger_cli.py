@@ -4,9 +4,9 @@ and audit durable ledgers, and give roles least privilege on them.
 Every command takes the database's URL (``sqlite:///path.db``, ``postgresql://...``),
 ``--name`` (``default`` if omitted) and, for a keyed ledger, ``--key-file`` (default: the
 ``DPACCOUNT_LEDGER_KEY_FILE`` or ``DPACCOUNT_LEDGER_KEY`` environment variable); ledgers
-are opened read-only. Files are written with ``--output``. ``verify`` exits 0 when the
-ledger (or an export, ``--export FILE``, checked offline) is intact and 1, naming the
-first bad record, when it is not, or when its records spend more than its budget.
+are opened read-only. Files are written with ``--output`` (report: NAME-report.html by
+default). ``verify`` exits 0 when the ledger (or an export, ``--export FILE``, checked
+offline) is intact and 1, naming the first bad record, when it is not, or over budget.
 ``keygen`` writes a new random key file (0600). ``grant`` and ``revoke`` (PostgreSQL,
 run as the schema's owner) let a role write (``--as writer``) or read (``--as
 auditor``) one ledger; see docs/ledgers.md, "Least privilege".
@@ -38,11 +38,12 @@ from dpaccount._cli_files import (
     RedactingArgumentParser,
     cannot_write,
     check_output,
+    default_output,
     error_line,
     read_json,
     writing,
 )
-from dpaccount._redact import redact
+from dpaccount._redact import redact, redact_url
 from dpaccount.audit import (
     check_snapshot_states,
     export_document,
@@ -61,7 +62,7 @@ from dpaccount.errors import (
     missing_extra,
 )
 from dpaccount.keys import LedgerKey
-from dpaccount.ledgers import check_checkpoint, make_checkpoint, open_store, redact_url
+from dpaccount.ledgers import check_checkpoint, make_checkpoint, missing_ledger, open_store
 from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
 
 __all__ = ["add_ledger_commands", "ledger_main"]
@@ -130,8 +131,8 @@ def add_ledger_commands(subparsers: Any) -> None:
         "(.png, .svg, .pdf: needs dpaccount[plot])"
     )
     common(report)
-    report.add_argument("--output", "--out", dest="output", required=True,
-                        help="the file to write: .html, or an image (.png, .svg, .pdf)")
+    report.add_argument("--output", "--out", dest="output", help="the file to write: .html, "
+                        "or an image (.png, .svg, .pdf); default: NAME-report.html here")
     report.add_argument("--all", action="store_true", help="every ledger in the database")
     grouping(report)
     report.set_defaults(func=_report)
@@ -213,7 +214,7 @@ def _load(args: argparse.Namespace, name: str | None = None, rows: bool = False)
     try:
         meta = store.stored_meta()
         if meta is None:
-            raise StorageError(f"there is no ledger named {name!r} at {redact_url(args.url)}")
+            raise missing_ledger(name, args.url, store, "--name")
         records: list[LedgerRecord] = []
         with _collector_paused():
             tip = store.verify(records)  # and the records it checked, decoded once
@@ -449,6 +450,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    given = args.output  # None: <name>-report.html in the current folder (said below)
+    args.output = given or default_output("ledgers" if args.all else args.name, "-report.html")
     suffix = os.path.splitext(str(args.output))[1].lower()
     if suffix not in REPORT_PAGE_SUFFIXES + REPORT_IMAGE_SUFFIXES:
         raise ConfigError(
@@ -475,7 +478,8 @@ def _report(args: argparse.Namespace) -> int:
             _plot(ledgers, args.by, args.output)
         except OSError as exc:
             raise cannot_write(args.output, "--output", exc.errno, exc.strerror) from None
-    print(f"wrote {args.output}", file=_out(args))
+    print(f"wrote {args.output}" + ("" if given else " (the default, as no --output was given)"),
+          file=_out(args))
     return 0
 
 
@@ -548,8 +552,8 @@ def _owner_store(args: argparse.Namespace) -> Any:
         raise ConfigError("grant and revoke work on PostgreSQL ledgers (postgresql://...)")
     store: Any = open_store(args.url, name=args.name, create=False)
     if store.stored_meta() is None:
-        store.close()
-        raise StorageError(f"there is no ledger named {args.name!r} at {redact_url(args.url)}")
+        with contextlib.closing(store):
+            raise missing_ledger(args.name, args.url, store, "--name")
     return store
 
 

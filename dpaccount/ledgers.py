@@ -32,6 +32,7 @@ Examples:
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -45,7 +46,7 @@ from dpaccount.accountant import Accountant, ledger_settings
 from dpaccount.charges import Relation
 from dpaccount.composition import Rule, rule_from_description
 from dpaccount.costs import as_budget
-from dpaccount.errors import ConfigError, LedgerCorruptError, StorageError
+from dpaccount.errors import ConfigError, DPAccountError, LedgerCorruptError, StorageError
 from dpaccount.keys import LedgerKey
 from dpaccount.records import (
     GENESIS_HASH,
@@ -60,7 +61,9 @@ from dpaccount.storage.memory import MemoryStore
 __all__ = [
     "check_checkpoint",
     "check_checkpoint_file",
+    "did_you_mean",
     "make_checkpoint",
+    "missing_ledger",
     "open_ledger",
     "open_store",
     "redact_url",
@@ -220,6 +223,44 @@ def open_store(url: str, *, name: str = "default", create: bool = True,
     )
 
 
+def did_you_mean(name: str, store: Any) -> str:
+    """``"; did you mean 'census'?"`` for a ledger ``name`` that ``store``'s database
+    does not hold: up to three close names (`difflib.get_close_matches`) among those the
+    caller may read there (``store.names()``, which on PostgreSQL lists only the ledgers
+    the connecting role is granted); ``""`` when none is close or names cannot be listed.
+    Only ledger names are read, never a record.
+
+    Examples:
+        >>> class Store:
+        ...     def names(self): return ["census", "census-2025", "payroll"]
+        >>> did_you_mean("cencus", Store())
+        "; did you mean 'census'?"
+        >>> did_you_mean("census-2026", Store())
+        "; did you mean 'census-2025' or 'census'?"
+        >>> did_you_mean("marketing", Store())
+        ''
+    """
+    names_of = getattr(store, "names", None)
+    if names_of is None:
+        return ""
+    try:
+        names = [other for other in names_of() if other != name]
+    except DPAccountError:  # a role that may not list the ledgers: no suggestion
+        return ""
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    return f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+
+
+def missing_ledger(name: str, url: str, store: Any, option: str | None = None
+                   ) -> StorageError:
+    """The error for a ledger ``name`` that the database at ``url`` (open as ``store``)
+    does not hold: the URL redacted, close names the caller may read (`did_you_mean`),
+    and the command-line ``option`` to fix, if given."""
+    fix = "" if option is None else f" (check {option})"
+    return StorageError(f"there is no ledger named {name!r} at {redact_url(url)}"
+                        f"{did_you_mean(name, store)}{fix}")
+
+
 def open_ledger(
     url: str,
     *,
@@ -315,8 +356,9 @@ def open_ledger(
             stored = _stored_meta(store)
             if stored is None:
                 raise ConfigError(
-                    f"there is no ledger named {name!r} at {redact_url(url)}; give budget= "
-                    "(and rule=, relation=) to create it"
+                    f"there is no ledger named {name!r} at {redact_url(url)}"
+                    f"{did_you_mean(name, store)}; or give budget= (and rule=, relation=) "
+                    "to create it"
                 )
             budget = stored.budget
             if rule is None:
@@ -325,8 +367,8 @@ def open_ledger(
             dataset_size = stored.dataset_size if dataset_size is None else dataset_size
         elif not create and _stored_meta(store) is None:
             raise StorageError(
-                f"there is no ledger named {name!r} at {redact_url(url)} (create=False: "
-                "nothing was created)"
+                f"there is no ledger named {name!r} at {redact_url(url)}"
+                f"{did_you_mean(name, store)} (create=False: nothing was created)"
             )
         rule = "basic" if rule is None else rule
         relation = Relation.ADD_REMOVE if relation is None else relation
@@ -405,8 +447,9 @@ def _require_ledger(url: str, name: str, key: LedgerKey | None) -> None:
     try:
         if store is None or _stored_meta(store) is None:
             raise ConfigError(
-                f"the parent ledger {name!r} does not exist at {redact_url(url)}; create it "
-                "first (a sub-budget is a share of an existing ledger's budget)"
+                f"the parent ledger {name!r} does not exist at {redact_url(url)}"
+                f"{did_you_mean(name, store)}; or create it first (a sub-budget is a share "
+                "of an existing ledger's budget)"
             )
     finally:
         if store is not None:

@@ -9,6 +9,8 @@ The package holds one concern a module:
 * `joint`: one charge to several ledgers (a share and its ancestors, a window of
   blocks), all or nothing.
 * `core`: `Accountant`, the reading API, the guard and the links of a sub-budget.
+* `logs`: the log records of the charge path (an INFO record per admitted charge, a
+  WARNING record per refusal), for operators.
 
 Examples:
     >>> acct = Accountant(Budget(1))
@@ -20,7 +22,7 @@ Examples:
     Traceback (most recent call last):
     ...
     dpaccount.errors.BudgetExceededError: refused: this charge costs (ε=0.5, δ=0); ...
-    >>> acct.remaining()
+    >>> acct.remaining
     Budget(epsilon=0.25, delta=0)
 """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -10,12 +11,18 @@ import attrs
 from dpaccount._numeric import check_count
 from dpaccount.accountant.joint import charge_jointly
 from dpaccount.accountant.ledger import Ledger
+from dpaccount.accountant.logs import log_admitted, log_duplicate, log_refused
 from dpaccount.accountant.settings import check_text, revalidate
 from dpaccount.charges import Charge, Relation, Repeated, cost_of
 from dpaccount.composition import Rule, max_queries
 from dpaccount.composition.base import SpentMeaning
-from dpaccount.costs import Budget, PrivacyCost
-from dpaccount.errors import ConfigError, InvalidCostError
+from dpaccount.costs import Budget, PrivacyCost, RemainingBudget
+from dpaccount.errors import (
+    BudgetExceededError,
+    ConfigError,
+    DuplicateQueryError,
+    InvalidCostError,
+)
 from dpaccount.mechanisms.base import Mechanism
 from dpaccount.records import LedgerRecord
 from dpaccount.storage.base import Store
@@ -23,6 +30,9 @@ from dpaccount.storage.base import Store
 __all__ = ["Accountant", "ChargePreview"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_log = logging.getLogger(__name__)
+#: ``_log.isEnabledFor`` and INFO, looked up once (the charge path asks on every charge).
+_enabled, _INFO = _log.isEnabledFor, logging.INFO
 
 #: The largest count max_queries searches when the rule alone sets no limit.
 _MAX_QUERIES_SEARCH = 10**12
@@ -150,15 +160,34 @@ class Accountant(Ledger):
             self.refresh()
             return self._store.read()
 
-    def remaining(self, k: int = 1) -> Budget:
+    @property
+    def remaining(self) -> RemainingBudget:
+        """What is left: the largest cost one more query may have now (a `Budget`, read
+        like `spent`; ``remaining_for(k)`` splits it over k queries).
+
+        Calling it, ``acct.remaining()`` or ``acct.remaining(k)``, is the method it used
+        to be: it still works, with a `DeprecationWarning`
+        (`dpaccount.costs.RemainingBudget`).
+
+        Examples:
+            >>> acct = Accountant((1, "1e-6"))
+            >>> acct.remaining
+            Budget(epsilon=1, delta=1e-06)
+        """
+        return RemainingBudget.of(self.remaining_for(1), self.remaining_for)
+
+    def remaining_for(self, k: int) -> Budget:
         """The largest per-query cost such that ``k`` more equal queries fit.
 
         For the basic rule this is exact: (budget - spent) / k in each coordinate. Other
         rules solve their own inverse and err toward privacy.
 
+        Raises:
+            InvalidCostError: ``k`` is not a positive integer.
+
         Examples:
             >>> acct = Accountant((1, "1e-6"))
-            >>> acct.remaining(4)
+            >>> acct.remaining_for(4)
             Budget(epsilon=0.25, delta=2.5e-07)
         """
         k = check_count(k, "k")
@@ -271,7 +300,19 @@ class Accountant(Ledger):
         revalidate(cost)
         check_text(label, "label")
         check_text(query_id, "query_id")
-        return self.append(charge, cost, label, query_id)
+        try:
+            if not _enabled(_INFO):  # nobody listens at INFO: nothing is built
+                return self.append(charge, cost, label, query_id)
+            with self._lock:  # the record states this ledger's totals with this charge
+                record = self.append(charge, cost, label, query_id)
+                log_admitted(_log, (self,), (record,))
+            return record
+        except BudgetExceededError as error:
+            log_refused(_log, (self,), error, label, query_id, charge)
+            raise
+        except DuplicateQueryError as error:
+            log_duplicate(_log, (self,), error, label)
+            raise
 
     # -- wrapping user code ---------------------------------------------------------
 

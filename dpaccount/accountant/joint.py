@@ -10,6 +10,7 @@ decision as a charge to one ledger, made for each.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -18,14 +19,23 @@ from typing import Any
 import attrs
 
 from dpaccount.accountant.ledger import Decision, Ledger
+from dpaccount.accountant.logs import log_admitted, log_duplicate, log_refused
 from dpaccount.accountant.settings import check_text, revalidate
 from dpaccount.charges import Charge, cost_of
-from dpaccount.errors import ConfigError, LedgerConflictError, LedgerCorruptError
+from dpaccount.errors import (
+    BudgetExceededError,
+    ConfigError,
+    DuplicateQueryError,
+    LedgerConflictError,
+    LedgerCorruptError,
+)
 from dpaccount.records import LedgerRecord
 from dpaccount.storage.base import GroupAppend
 from dpaccount.storage.memory import MemoryStore
 
 __all__ = ["charge_jointly"]
+
+_log = logging.getLogger(__name__)
 
 
 def _database(ledger: Ledger) -> tuple[Any, ...]:
@@ -79,7 +89,15 @@ def charge_jointly(ledgers: Sequence[Ledger], charge: Any, *, label: str | None 
     for ledger in ordered:
         ledger.lock.acquire()
     try:
-        return _charge_locked(ledgers, charges, label, query_id)
+        records = _charge_locked(ledgers, charges, label, query_id)
+        log_admitted(_log, ledgers, records)  # under the locks: this charge's totals
+        return records
+    except BudgetExceededError as error:
+        log_refused(_log, ledgers, error, label, query_id, charges[0])
+        raise
+    except DuplicateQueryError as error:
+        log_duplicate(_log, ledgers, error, label)
+        raise
     finally:
         for ledger in reversed(ordered):
             ledger.lock.release()

@@ -16,6 +16,7 @@ ancestors, a window of blocks) uses the same decision through the joint protocol
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ from dpaccount.storage.memory import MemoryStore
 
 __all__ = ["SNAPSHOT_EVERY", "SNAPSHOT_ON_CLOSE", "Decision", "Ledger"]
 
+_log = logging.getLogger(__name__)
 #: How many times a charge is retried after losing a compare-and-append race before the
 #: store's conflict is reported. Each retry folds in the winners' records first.
 _MAX_CONFLICT_RETRIES = 10_000
@@ -439,6 +441,9 @@ class Ledger:
                     self._store.append(self._head, record)
                 except LedgerConflictError:
                     self._contended, self._quiet = True, 0
+                    _log.debug("ledger %r: another writer appended first (attempt %d); "
+                               "deciding again on its records", self._meta.name,
+                               _attempt + 1)
                     before = self._head
                     self.refresh()
                     if query_id is not None:

@@ -4,8 +4,11 @@ A mechanism is mu-GDP when it is as hard to tell apart as N(0, 1) from N(mu, 1) 
 Roth and Su 2019); its privacy profile is the Gaussian mechanism's (Balle and Wang 2018,
 Thm 8). Gaussians whose mu_t = Delta_t / sigma_t are chosen at run time compose to
 sqrt(sum mu_t^2)-GDP while that sum stays within a limit fixed in advance (Smith and
-Thakurta 2022, Thm 1.1): `GDPFilterRule` keeps the sum exactly, `gdp_epsilon`
-converts it. A concept of its own, sharing no mathematics with the Renyi engine;
+Thakurta 2022, Thm 1.1): `GDPFilterRule` keeps the sum exactly until its denominator
+would outgrow `dpaccount._numeric.SUM_BITS` bits (each fresh float sigma brings a new odd
+factor: 10^4 of them made a 10^6-bit denominator and a quadratic cost), and from there
+rounded up to a multiple of 2^-4096 (`bounded_up`); `gdp_epsilon` converts it. A
+concept of its own, sharing no mathematics with the Renyi engine;
 `dpaccount.accounting.rdp` re-exports these names, which it first defined.
 """
 
@@ -18,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from dpaccount._numeric import float_up, gaussian_delta_up
+from dpaccount._numeric import bounded_up, float_up, gaussian_delta_up
 from dpaccount.accounting._plans import BUDGET_CACHE, target_delta_of
 from dpaccount.charges import Atom, GaussianCharge, shown
 from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
@@ -38,7 +41,8 @@ def _float_of_bits(bits: int) -> float:
 
 @attrs.frozen
 class GDPState:
-    """The exact running sum of mu_i^2 = (sensitivity_i / sigma_i)^2."""
+    """The running sum of mu_i^2 = (sensitivity_i / sigma_i)^2: exact, or rounded up to
+    the dyadic grid of `dpaccount._numeric.bounded_up`."""
 
     mu_squared: Fraction
 
@@ -48,7 +52,10 @@ class GDPFilterRule(Rule[GDPState]):
 
     Smith and Thakurta 2022 ("Fully adaptive composition for Gaussian differential
     privacy"), Thm 1.1: if each Gaussian's mu_t = Delta_t / sigma_t is chosen at run
-    time and sum mu_t^2 <= mu^2 always, the interaction is mu-GDP. The sum is exact; the
+    time and sum mu_t^2 <= mu^2 always, the interaction is mu-GDP. The sum is exact, or
+    rounded up by less than 2^-4096 per charge once its denominator would outgrow 4096
+    bits (`bounded_up`): a larger sum only stops the filter sooner, so the theorem holds
+    for the rounded sum, and a charge stays O(1) however many distinct sigmas ran. The
     epsilon at ``target_delta`` is from the exact GDP profile (Balle and Wang 2018,
     Thm 8), rounded up. Only plain (not subsampled) continuous Gaussian charges are
     accepted: a `DiscreteGaussianCharge` is refused, because
@@ -68,7 +75,8 @@ class GDPFilterRule(Rule[GDPState]):
     adaptivity = Adaptivity.FULLY_ADAPTIVE
     spent_meaning = SpentMeaning.FILTER
     theorem = "Smith and Thakurta 2022, Thm 1.1 (fully adaptive Gaussian-DP filter)"
-    order_free = True  # an exact sum of mu^2
+    order_free = True  # a sum of mu^2
+    bounded = True  # rounded up to the dyadic grid once it would outgrow it
 
     def __init__(
         self, target_delta: Any = None, *, budget: Budget | None = None, plan: Any = None
@@ -91,8 +99,16 @@ class GDPFilterRule(Rule[GDPState]):
             )
         mu_squared = self._mu_squared.get(atom, lambda: (atom.sensitivity / atom.sigma) ** 2)
         if count == 1:
-            return GDPState(state.mu_squared + mu_squared)
-        return GDPState(state.mu_squared + count * mu_squared)
+            return GDPState(bounded_up(state.mu_squared + mu_squared))
+        return GDPState(bounded_up(state.mu_squared + count * mu_squared))
+
+    def bounded_sums(self, state: GDPState) -> tuple[Fraction, ...]:
+        return (state.mu_squared,)
+
+    def bounded_terms(self, atom: Atom) -> tuple[Fraction, ...]:
+        if not isinstance(atom, GaussianCharge):
+            return ()  # `add` refuses it
+        return (self._mu_squared.get(atom, lambda: (atom.sensitivity / atom.sigma) ** 2),)
 
     def total(self, state: GDPState) -> PrivacyCost:
         if state.mu_squared == 0:

@@ -74,7 +74,11 @@ from dpaccount.aggregates.lattice import (
     quantile_utilities,
     sum_sensitivity,
 )
-from dpaccount.aggregates.partitions import ThresholdSelection
+from dpaccount.aggregates.partitions import (
+    OptimalSelection,
+    SelectionPreview,
+    ThresholdSelection,
+)
 from dpaccount.aggregates.results import AggregatePreview, AggregateResult
 from dpaccount.aggregates.scalar import count, histogram, mean, preview, quantile, sum
 from dpaccount.aggregates.units import ContributionBounds, bound_contributions
@@ -89,6 +93,8 @@ __all__ = [
     "GroupedResult",
     "IntegerGaussianMechanism",
     "IntegerLaplaceMechanism",
+    "OptimalSelection",
+    "SelectionPreview",
     "ThresholdSelection",
     "bound_contributions",
     "count",

@@ -124,9 +124,10 @@ def check_container(data: Any) -> None:
     ):
         raise InvalidCostError(
             "data", kind,
-            "is a lazy frame (a plan of work, not data). For a Dask or Spark DataFrame, "
-            "aggregates.groupby(frame, None) (or by a key column) computes the statistic "
-            "where the data lives; otherwise materialise the column first (.collect())",
+            "is a lazy frame (a plan of work, not data). count, sum and mean take a Dask "
+            "Series or a one-column Spark DataFrame; for the other statistics "
+            "aggregates.groupby(frame, None) (or by a key column) computes them where the "
+            "data lives; otherwise materialise the column first (.collect())",
         )
 
 
@@ -276,6 +277,7 @@ class PreviewOf:
     def __init__(self, ledger: Any) -> None:
         self.ledger = ledger
         self.relation = ledger.relation
+        self.selection: Any = None  # a group-by's key selection, left by its plan
 
     def charge(self, *_args: Any, **_kwargs: Any) -> None:  # pragma: no cover - never reached
         raise AssertionError("a preview never charges")
@@ -304,15 +306,18 @@ def charge_or_preview(
 
 
 def run_as_preview(
-    call: Callable[[PreviewOf], Any], accountant: Any, level: Any
+    call: Callable[[PreviewOf], Any], accountant: Any, level: Any, key_counts: Any = None
 ) -> AggregatePreview:
-    """Run ``call`` with a stand-in accountant and return what its charge would do."""
+    """Run ``call`` with a stand-in accountant and return what its charge would do
+    (with a group-by's key selection: what it would release, given ``key_counts``)."""
     from dpaccount.aggregates.results import AggregatePreview
 
     check_accountant(accountant)
     lvl = check_level(level)
+    proxy = PreviewOf(accountant)
     try:
-        call(PreviewOf(accountant))
+        call(proxy)
     except _Previewed as done:
-        return AggregatePreview(done.charge, lvl, done.error_bound)
+        keys = None if proxy.selection is None else proxy.selection.preview(key_counts)
+        return AggregatePreview(done.charge, lvl, done.error_bound, keys)
     raise AssertionError("unreachable: every aggregate charges")  # pragma: no cover

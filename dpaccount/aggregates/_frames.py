@@ -17,6 +17,7 @@ from dpaccount.aggregates.engines import engine_of
 from dpaccount.errors import ConfigError, InvalidCostError
 
 __all__ = [
+    "check_declared_keys",
     "check_frame",
     "check_frame_column",
     "check_key_type",
@@ -147,3 +148,22 @@ def check_numeric(data: Any, name: str) -> None:
     if not numeric:
         raise InvalidCostError(name, text, "must be a numeric column (its dtype is not)")
 
+
+
+def check_declared_keys(keys: Any) -> None:
+    """Declared keys: a non-empty list of distinct hashable values (they are public, so a
+    message may name their number and type)."""
+    if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
+        raise InvalidCostError("keys", type(keys).__name__, "must be a list of keys")
+    declared = list(keys)
+    if not declared:
+        raise InvalidCostError("keys", "[]", "declare at least one key")
+    for key in declared:
+        try:
+            hash(key)
+        except TypeError:  # (a list or a dict: a declared key, not data)
+            raise InvalidCostError(
+                "keys", type(key).__name__, "every declared key must be hashable"
+            ) from None
+    if not pandas_module().Index(declared).is_unique:
+        raise InvalidCostError("keys", f"{len(declared)} keys", "must be distinct")

@@ -15,7 +15,8 @@ statistic charges before any data is read.
 **Keys.** Declared keys (``keys=[...]``) are public: every declared key is reported,
 empty or not, and rows whose key is not declared (or missing) are dropped, each by a rule
 that looks at that row alone. Without declared keys, the observed keys are private and
-are selected by `ThresholdSelection` (its per-key delta joins each part; a share
+are selected by ``key_selection`` (`OptimalSelection` by default; its per-key delta
+joins each part; a share
 ``selection_share`` of epsilon, and of delta, goes to it). Then the record holds two
 parts standing for the undeclared key domain: how many keys the data has is not
 recorded, since that number is not noised.
@@ -47,6 +48,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import numpy as np
 
 from dpaccount._numeric import to_fraction
@@ -59,6 +61,7 @@ from dpaccount.aggregates._checks import (
     run_as_preview,
 )
 from dpaccount.aggregates._frames import (
+    check_declared_keys,
     check_frame,
     check_frame_column,
     check_key_type,
@@ -78,9 +81,9 @@ from dpaccount.aggregates.lattice import (
     mean_estimate,
     sum_sensitivity,
 )
-from dpaccount.aggregates.partitions import ThresholdSelection
-from dpaccount.aggregates.plans import plan_statistic, record_charge
-from dpaccount.aggregates.results import AggregatePreview, GroupedResult
+from dpaccount.aggregates.partitions import SELECTION_METHODS, KeySelection
+from dpaccount.aggregates.plans import Plan, plan_statistic, record_charge
+from dpaccount.aggregates.results import OUTPUTS, AggregatePreview, GroupedResult
 from dpaccount.aggregates.units import ContributionBounds
 from dpaccount.charges import Relation
 from dpaccount.errors import ConfigError, InvalidCostError
@@ -112,6 +115,8 @@ class GroupBy:
         privacy_unit: str | None,
         bounds: ContributionBounds,
         rng: RandomSource,
+        key_selection: str = "optimal",
+        output: str = "pandas",
     ) -> None:
         self._data = data
         self._by = by
@@ -119,6 +124,8 @@ class GroupBy:
         self._unit = privacy_unit
         self._bounds = bounds
         self._rng = rng
+        self._selection = key_selection
+        self._output = output
 
     def __repr__(self) -> str:
         keys = "private" if self._keys is None else f"{len(self._keys)} declared"
@@ -133,7 +140,8 @@ class GroupBy:
         return self._bounds
 
     def preview(
-        self, statistic: str, accountant: Accountant, *args: Any, **options: Any
+        self, statistic: str, accountant: Accountant, *args: Any, key_counts: Any = None,
+        **options: Any,
     ) -> AggregatePreview:
         """What ``getattr(self, statistic)(..., accountant, ...)`` would do, without doing it.
 
@@ -142,7 +150,10 @@ class GroupBy:
         noise's half-width per group at ``level`` in the answer's units (in ranks for a
         quantile; ``None`` for a mean, whose interval depends on its noisy count). Nothing
         is charged and no data is read. The arguments are the statistic's, with the
-        accountant in its place.
+        accountant in its place. Without declared keys, ``keys`` states the key
+        selection's threshold (people per key for release at 1/2 and 0.95) and, given
+        ``key_counts`` (declared or public counts of people per key, a sequence or a
+        mapping), the expected number of released keys (`SelectionPreview`).
 
         Examples:
             >>> import pandas as pd
@@ -157,14 +168,28 @@ class GroupBy:
             raise ConfigError(
                 f"unknown statistic {statistic!r}; use count, sum, mean, histogram or quantile"
             )
+        if key_counts is not None and self._keys is not None:
+            raise ConfigError("the keys are declared, so all are released: key_counts is "
+                              "for a group-by whose keys are selected privately")
         level = options.get("level", 0.95)
         method = getattr(self, statistic)
         if statistic == "count":
             return run_as_preview(lambda proxy: method(proxy, *args, **options), accountant,
-                                  level)
+                                  level, key_counts)
         column, *rest = args
         return run_as_preview(lambda proxy: method(column, proxy, *rest, **options),
-                              accountant, level)
+                              accountant, level, key_counts)
+
+    def _plan(self, accountant: Any, epsilon: Any, delta: Any, mechanism: str | None,
+              level: Any, selection_share: Any) -> Plan:
+        return plan_statistic(self._bounds, self._keys, accountant, epsilon, delta,
+                              mechanism, level, selection_share, self._selection)
+
+    def _done(self, result: GroupedResult) -> GroupedResult:
+        """The result, with the output engine `GroupedResult.table` converts to."""
+        spark = engine_of(self._data) == "spark"
+        session = self._data.sparkSession if spark else None
+        return attrs.evolve(result, output=self._output, session=session)
 
     # -- reading the data (only after the charge) --------------------------------------
 
@@ -175,7 +200,7 @@ class GroupBy:
         return TotalsSpec(self._by, keys, self._unit, self._bounds, key, **what)
 
     def _gather(
-        self, spec: TotalsSpec, selection: ThresholdSelection | None
+        self, spec: TotalsSpec, selection: KeySelection | None
     ) -> tuple[list[Any], list[GroupTotals]]:
         """The keys to report and their exact totals, computed where the data lives."""
         found = totals(self._data, spec)
@@ -228,10 +253,8 @@ class GroupBy:
             label: The ledger label (default ``"groupby count"``).
             query_id: An idempotency key, as for `Accountant.charge`.
         """
-        relation, kind, lvl, eps, dlt, sel = plan_statistic(
-            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
-            selection_share,
-        )
+        relation, kind, lvl, eps, dlt, sel = self._plan(
+            accountant, epsilon, delta, mechanism, level, selection_share)
         r = self._bounds.max_rows_per_unit
         mech = noise_for(kind, eps, dlt, r, 1, r, self._rng)
         record = charge_or_preview(
@@ -242,11 +265,11 @@ class GroupBy:
         noisy = np.asarray(mech.release([t.rows for t in found]), dtype=np.float64)
         w = mech.halfwidth(lvl)
         frame = self._frame(keys, {"value": noisy, "low": noisy - w, "high": noisy + w})
-        return GroupedResult(
+        return self._done(GroupedResult(
             frame, lvl, float(w),
             f"each group's true count is within ±{w} of its value with probability >= {lvl}",
             record, Fraction(r), relation, self._bounds, sel is not None,
-        )
+        ))
 
     def sum(
         self,
@@ -268,10 +291,7 @@ class GroupBy:
         """Noisy sums per group of ``column`` clipped to ``[lower, upper]`` (exact lattice
         sums, as `dpaccount.aggregates.sum`); one unit moves a group's sum by at most R
         times one row's sensitivity (the substitution one under substitution)."""
-        plan = plan_statistic(
-            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
-            selection_share,
-        )
+        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
         relation, kind, lvl, eps, dlt, sel = plan
         self._check_value_column(column)
         fp = FixedPoint.build(lower, upper, granularity, fill)
@@ -296,12 +316,12 @@ class GroupBy:
                 "high": [float((v + w) * g) for v in noisy],
             },
         )
-        return GroupedResult(
+        return self._done(GroupedResult(
             frame, lvl, half,
             f"each group's clipped sum is within ±{half!r} of its value with probability "
             f">= {lvl}",
             record, s * g, relation, self._bounds, sel is not None,
-        )
+        ))
 
     def mean(
         self,
@@ -332,10 +352,7 @@ class GroupBy:
         so a count and a mean of the same groups need one call: one charge and one pass
         over the data (contribution bounding once), not two.
         """
-        plan = plan_statistic(
-            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
-            selection_share,
-        )
+        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
         relation, kind, lvl, eps, dlt, sel = plan
         share = to_fraction(count_share, "count_share")
         if not 0 < share < 1:
@@ -374,12 +391,12 @@ class GroupBy:
         wc = count_mech.halfwidth(lvl)
         paid = self._frame(keys, {"value": counts, "low": counts - wc, "high": counts + wc})
         widest = max((float((hi - lo) * g / 2) for _, lo, hi in estimates), default=0.0)
-        return GroupedResult(
+        return self._done(GroupedResult(
             frame, lvl, widest,
             f"each group's clipped mean lies in its interval with probability >= {lvl} "
             "(union bound over its sum and count)",
             record, s * g, relation, self._bounds, sel is not None, paid,
-        )
+        ))
 
     def histogram(
         self,
@@ -398,10 +415,7 @@ class GroupBy:
         """Noisy counts per group and bin (numeric edges, as
         `dpaccount.aggregates.histogram`). One unit's R rows in a group change its bins'
         counts by at most R in L1 (2R under substitution)."""
-        plan = plan_statistic(
-            self._bounds, self._keys, accountant, epsilon, delta, mechanism, level,
-            selection_share,
-        )
+        plan = self._plan(accountant, epsilon, delta, mechanism, level, selection_share)
         relation, kind, lvl, eps, dlt, sel = plan
         self._check_value_column(column)
         edges = check_edges(bins)
@@ -429,11 +443,11 @@ class GroupBy:
             index=pd.MultiIndex.from_tuples(out_keys, names=[self._by, "bin"])
             if out_keys else pd.MultiIndex.from_arrays([[], []], names=[self._by, "bin"]),
         )
-        return GroupedResult(
+        return self._done(GroupedResult(
             frame, lvl, float(w),
             f"each bin's true count is within ±{w} of its value with probability >= {lvl}",
             record, Fraction(moved), relation, self._bounds, sel is not None,
-        )
+        ))
 
     def quantile(
         self,
@@ -456,10 +470,7 @@ class GroupBy:
         one unit's R rows move a group's utilities by at most R max(q, 1 - q) under
         add/remove and R under substitution."""
         # the exponential mechanism is pure: delta can only pay for the key selection
-        plan = plan_statistic(
-            self._bounds, self._keys, accountant, epsilon, delta, "laplace", level,
-            selection_share,
-        )
+        plan = self._plan(accountant, epsilon, delta, "laplace", level, selection_share)
         relation, _kind, lvl, eps, _dlt, sel = plan
         qf = to_fraction(q, "q")
         if not 0 <= qf <= 1:
@@ -482,12 +493,12 @@ class GroupBy:
         keys, found = self._gather(self._spec(column=column, grid=grid), sel)
         picked = [float(grid[mech.release(_utilities(t, grid.size, qf))]) for t in found]
         frame = self._frame(keys, {"value": picked})
-        return GroupedResult(
+        return self._done(GroupedResult(
             frame, lvl, rank_err,
             f"with probability >= {lvl} each group's value has a rank within the best grid "
             f"point's rank error + {rank_err:.4g} of q*n",
             record, sens, relation, self._bounds, sel is not None,
-        )
+        ))
 
     def _check_value_column(self, column: Any) -> None:
         check_frame_column(self._data, column, "column")
@@ -511,6 +522,8 @@ def groupby(
     privacy_unit: str | None = None,
     max_groups_per_unit: int = 1,
     max_rows_per_unit: int = 1,
+    key_selection: str = "optimal",
+    output: str = "pandas",
     rng: Any = None,
 ) -> GroupBy:
     """Declare a grouping of ``data`` by the column ``by``; nothing is read or charged.
@@ -522,20 +535,31 @@ def groupby(
         by: The column holding the group key; ``None`` for the whole table as one group
             (its key is ``"all"``): a whole-table statistic on any engine.
         keys: The public keys (declared, data-independent). ``None``: the observed keys
-            are selected privately (`ThresholdSelection`), which needs delta > 0.
+            are selected privately by ``key_selection``, which needs delta > 0.
         privacy_unit: The column identifying a person. ``None``: one row is one person
             (then both bounds must stay 1).
         max_groups_per_unit: G, how many groups one person may contribute to.
         max_rows_per_unit: R, how many rows one person may contribute to each group.
+        key_selection: How undeclared keys are selected: ``"optimal"`` (default,
+            `OptimalSelection`: Desfontaines et al. 2022) or ``"threshold"``
+            (`ThresholdSelection`, the method of earlier releases).
+        output: The engine of `GroupedResult.table`: ``"pandas"`` (default),
+            ``"polars"``, ``"spark"`` or ``"dask"`` (``frame`` stays pandas).
         rng: Test-only ``RandomSource.seeded(...)``; ``None`` uses the OS CSPRNG (for
             the noise and for contribution bounding).
 
     Raises:
         InvalidCostError: ``data`` is not a DataFrame, or a bound is not a positive
             integer, or the keys repeat.
-        ConfigError: A column is missing, or bounds are given without a privacy unit.
+        ConfigError: A column is missing, bounds are given without a privacy unit, or
+            ``key_selection`` or ``output`` is unknown.
     """
     check_frame(data)
+    if key_selection not in SELECTION_METHODS:
+        raise ConfigError(f"unknown key_selection {key_selection!r}; use one of "
+                          f"{', '.join(SELECTION_METHODS)}")
+    if output not in OUTPUTS:
+        raise ConfigError(f"unknown output {output!r}; use one of {', '.join(OUTPUTS)}")
     if by is None:  # the whole table: one group, declared
         if keys is not None:
             raise ConfigError("by=None is the whole table: leave keys unset")
@@ -556,18 +580,6 @@ def groupby(
     if keys is None and by is not None and engine_of(data) in ("dask", "spark"):
         check_key_type(data, by)
     if keys is not None:
-        if isinstance(keys, (str, bytes)) or not hasattr(keys, "__iter__"):
-            raise InvalidCostError("keys", type(keys).__name__, "must be a list of keys")
-        declared = list(keys)
-        if not declared:
-            raise InvalidCostError("keys", "[]", "declare at least one key")
-        for key in declared:
-            try:
-                hash(key)
-            except TypeError:  # (a list or a dict: a declared key, not data)
-                raise InvalidCostError(
-                    "keys", type(key).__name__, "every declared key must be hashable"
-                ) from None
-        if not pandas_module().Index(declared).is_unique:
-            raise InvalidCostError("keys", f"{len(declared)} keys", "must be distinct")
-    return GroupBy(data, by, keys, privacy_unit, bounds, resolve_rng(rng))
+        check_declared_keys(keys)
+    return GroupBy(data, by, keys, privacy_unit, bounds, resolve_rng(rng), key_selection,
+                   output)

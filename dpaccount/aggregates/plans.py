@@ -19,7 +19,8 @@ each part calibrated to epsilon / (G m) (and delta / (G m)), m = 1 under add/rem
 delta) asked for. This holds for any adaptivity the ledger's rule allows: the record is
 one charge with fixed parameters.
 
-Without declared keys, the keys are selected privately (`ThresholdSelection`): a share
+Without declared keys, the keys are selected privately (`OptimalSelection` by default,
+`ThresholdSelection` with ``key_selection="threshold"``): a share
 ``selection_share`` of epsilon (and, for Gaussian noise, of delta; all of delta for
 Laplace noise) pays for the selection, whose per-key cost joins each part, and the
 record holds two parts standing for the undeclared key domain.
@@ -35,8 +36,13 @@ from fractions import Fraction
 from typing import Any, TypeAlias
 
 from dpaccount._numeric import check_delta, check_positive, to_fraction
-from dpaccount.aggregates._checks import check_accountant, check_level, choose_mechanism
-from dpaccount.aggregates.partitions import ThresholdSelection
+from dpaccount.aggregates._checks import (
+    PreviewOf,
+    check_accountant,
+    check_level,
+    choose_mechanism,
+)
+from dpaccount.aggregates.partitions import KeySelection, calibrate_selection
 from dpaccount.aggregates.units import ContributionBounds
 from dpaccount.charges import Charge, Parallel, Relation, Repeated, cost_of
 from dpaccount.errors import ConfigError, InvalidCostError
@@ -46,19 +52,22 @@ __all__ = ["Plan", "plan_statistic", "record_charge"]
 #: What a statistic will charge: the ledger's relation, the noise (``"laplace"`` or
 #: ``"gaussian"``), the confidence level, each part's epsilon and delta, and the
 #: selection of undeclared keys (None when the keys are declared).
-Plan: TypeAlias = tuple[Relation, str, float, Fraction, Fraction, ThresholdSelection | None]
+Plan: TypeAlias = tuple[Relation, str, float, Fraction, Fraction, KeySelection | None]
 
 
 def plan_statistic(
     bounds: ContributionBounds, keys: Sequence[Any] | None, accountant: Any, epsilon: Any,
     delta: Any, mechanism: str | None, level: Any, selection_share: Any,
+    key_selection: str = "optimal",
 ) -> Plan:
-    """Checks, and the per-part epsilon/delta of the statistic and of the selection."""
+    """Checks, and the per-part epsilon/delta of the statistic and of the selection
+    (``key_selection``: the method, one of `SELECTION_METHODS`). In a preview, the
+    selection is left on the stand-in accountant for `SelectionPreview`."""
     relation = check_accountant(accountant)
     eps, dlt = check_positive(epsilon, "epsilon"), check_delta(delta)
     lvl = check_level(level)
     parts = bounds.max_groups_per_unit * (1 if relation is Relation.ADD_REMOVE else 2)
-    selection: ThresholdSelection | None = None
+    selection: KeySelection | None = None
     if keys is None:
         share = to_fraction(selection_share, "selection_share")
         if not 0 < share < 1:
@@ -72,7 +81,9 @@ def plan_statistic(
             mechanism or "laplace", dlt if mechanism == "gaussian" else Fraction(0)
         )
         sel_delta = dlt if kind == "laplace" else dlt * share
-        selection = ThresholdSelection.calibrate(eps * share / parts, sel_delta / parts)
+        selection = calibrate_selection(key_selection, eps * share / parts, sel_delta / parts)
+        if isinstance(accountant, PreviewOf):
+            accountant.selection = selection
         eps, dlt = eps * (1 - share), (Fraction(0) if kind == "laplace" else dlt - sel_delta)
     else:
         kind = choose_mechanism(mechanism, dlt)
@@ -80,7 +91,7 @@ def plan_statistic(
 
 
 def record_charge(
-    part: Charge, relation: Relation, selection: ThresholdSelection | None,
+    part: Charge, relation: Relation, selection: KeySelection | None,
     bounds: ContributionBounds, keys: Sequence[Any] | None,
 ) -> Charge:
     """The one charge for all groups: ``part`` for each declared key (or two stand-ins

@@ -16,10 +16,14 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas as pd
 
     from dpaccount.accountant import ChargePreview
+    from dpaccount.aggregates.partitions import SelectionPreview
     from dpaccount.aggregates.units import ContributionBounds
     from dpaccount.records import LedgerRecord
 
-__all__ = ["AggregatePreview", "AggregateResult", "GroupedResult"]
+__all__ = ["OUTPUTS", "AggregatePreview", "AggregateResult", "GroupedResult"]
+
+#: The engines a group-by's result can be handed back in (`GroupedResult.table`).
+OUTPUTS = ("pandas", "polars", "spark", "dask")
 
 
 @attrs.frozen
@@ -114,11 +118,16 @@ class AggregatePreview:
             the same number the aggregate reports when it runs (for a histogram, per
             bin; per group for a group-by; ``None`` for a group-by mean, whose interval
             depends on its noisy count).
+        keys: For a group-by whose keys are not declared, what its key selection would
+            release (`SelectionPreview`: people per key for release at 1/2 and 0.95,
+            and the expected number of released keys given declared ``key_counts``);
+            ``None`` when the keys are declared.
     """
 
     charge: ChargePreview
     level: float
     error_bound: float | None
+    keys: SelectionPreview | None = None
 
     @property
     def cost(self) -> PrivacyCost:
@@ -153,6 +162,8 @@ class GroupedResult:
         counts: For a mean, the noisy count of each group that the mean divides by (a
             frame with ``value``, ``low`` and ``high``, as `GroupBy.count` returns),
             released with the mean's ``count_share``; None for the other statistics.
+        output: The engine `table` hands the frame back in (``groupby(output=...)``).
+        session: The Spark session of the group-by's data, for ``output="spark"``.
     """
 
     frame: pd.DataFrame
@@ -165,11 +176,61 @@ class GroupedResult:
     bounds: ContributionBounds
     keys_selected: bool
     counts: pd.DataFrame | None = None
+    output: str = "pandas"
+    session: Any = None
 
     @property
     def cost(self) -> PrivacyCost:
         """The (epsilon, delta) charged for all groups together."""
         return self.record.cost
+
+    @property
+    def table(self) -> Any:
+        """The frame in the engine chosen by ``groupby(..., output=...)``: ``frame``
+        itself for pandas, else `to_polars`, `to_spark` or `to_dask` (the key becomes a
+        column). It holds only the noisy values and the declared or selected keys."""
+        if self.output == "polars":
+            return self.to_polars()
+        if self.output == "spark":
+            return self.to_spark()
+        if self.output == "dask":
+            return self.to_dask()
+        return self.frame
+
+    def to_spark(self, session: Any = None) -> Any:
+        """The frame as a Spark DataFrame (the key becomes a column), made by ``session``
+        (default: the group-by's data's session, else the active one).
+
+        The values were computed on the driver (each group's few exact totals travel
+        there to be noised), so this distributes the noisy table for the next step of a
+        Spark job; it reads nothing of the data.
+        """
+        try:
+            from pyspark.sql import SparkSession
+        except ImportError as exc:
+            raise ImportError('to_spark needs pyspark: pip install "dpaccount[spark]"') from exc
+        spark = session or self.session or SparkSession.getActiveSession()
+        if spark is None:
+            from dpaccount.errors import ConfigError
+
+            raise ConfigError("no active Spark session: pass one, to_spark(session)")
+        return spark.createDataFrame(self._flat())
+
+    def to_dask(self, npartitions: int = 1) -> Any:
+        """The frame as a Dask DataFrame (the key becomes a column)."""
+        try:
+            import dask.dataframe as dd
+        except ImportError as exc:
+            raise ImportError('to_dask needs dask: pip install "dask[dataframe]"') from exc
+        from_pandas: Any = dd.from_pandas
+        return from_pandas(self._flat(), npartitions=npartitions)
+
+    def _flat(self) -> pd.DataFrame:
+        """The frame with its key (and bin) as columns (``"index"`` for the whole
+        table's key, as pandas names it)."""
+        flat = self.frame.reset_index()
+        flat.columns = [str(c) for c in flat.columns]
+        return flat
 
     def clamped(self, lower: float = 0.0, upper: float | None = None) -> GroupedResult:
         """The same result with values and intervals clipped to ``[lower, upper]``.
@@ -188,7 +249,7 @@ class GroupedResult:
             import polars as pl
         except ImportError as exc:
             raise ImportError('to_polars needs polars: pip install "dpaccount[polars]"') from exc
-        flat = self.frame.reset_index()
+        flat = self._flat()
         return pl.DataFrame({str(c): flat[c].tolist() for c in flat.columns})
 
     def __repr__(self) -> str:  # noisy values only; the frame's size, not its rows

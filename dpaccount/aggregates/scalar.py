@@ -14,7 +14,6 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from dpaccount._numeric import check_positive, float_up, to_fraction
 from dpaccount.aggregates._checks import (
@@ -31,20 +30,18 @@ from dpaccount.aggregates._checks import (
     noise_for,
     run_as_preview,
 )
+from dpaccount.aggregates.columns import check_data, kept_rows, rows_per_unit, subset, true_totals
 from dpaccount.aggregates.lattice import (
     FixedPoint,
     histogram_counts,
-    lattice_sum,
     mean_estimate,
     quantile_utilities,
     sum_sensitivity,
     to_float,
 )
 from dpaccount.aggregates.results import AggregatePreview, AggregateResult
-from dpaccount.aggregates.units import ContributionBounds, bound_contributions, codes_of
 from dpaccount.charges import Relation
 from dpaccount.errors import ConfigError, InvalidCostError
-from dpaccount.mechanisms._sampling import resolve_rng
 from dpaccount.mechanisms.exponential import ExponentialMechanism
 from dpaccount.mechanisms.integer import IntegerNoise
 
@@ -54,39 +51,13 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["count", "histogram", "mean", "preview", "quantile", "sum"]
 
 
-def _rows_per_unit(data: Any, privacy_unit: Any, max_rows_per_unit: Any) -> int:
-    """R, checked before the charge: 1 without a privacy unit (one row, one person)."""
-    r = ContributionBounds(1, max_rows_per_unit).max_rows_per_unit
-    if privacy_unit is None:
-        if r != 1:
-            raise ConfigError(
-                "max_rows_per_unit bounds what one person contributes: pass the column that "
-                "identifies a person with privacy_unit=..."
-            )
-        return 1
-    check_container(privacy_unit)
-    check_container(data)
-    check_column(privacy_unit, "privacy_unit", keys=True)
-    if len(privacy_unit) != len(data):
-        raise InvalidCostError(
-            "privacy_unit", type(privacy_unit).__name__,
-            "must hold one entry per row of data (the same length)",
-        )
+def _in_memory(data: Any, privacy_unit: Any, max_rows_per_unit: Any) -> int:
+    """R for a histogram or quantile, whose data must be in memory (Dask and Spark:
+    ``groupby(frame, None)``)."""
+    r, engine = rows_per_unit(data, privacy_unit, max_rows_per_unit)
+    if engine is not None:
+        check_container(data)  # refused: a lazy frame, with what to do instead
     return r
-
-
-def _kept(data: Any, privacy_unit: Any, r: int, rng: Any) -> npt.NDArray[np.int64] | None:
-    """After the charge: the rows kept so that each person has at most R (None: all)."""
-    if privacy_unit is None:
-        return None
-    units, _ = codes_of(privacy_unit, "privacy_unit")
-    groups = np.zeros(units.size, dtype=np.int64)
-    return bound_contributions(units, groups, ContributionBounds(1, r), resolve_rng(rng))
-
-
-def _subset(data: Any, kept: npt.NDArray[np.int64] | None) -> Any:
-    """The numeric data restricted to the kept rows (the data itself when all are kept)."""
-    return data if kept is None else float_array(data)[kept]
 
 
 def _count_setup(
@@ -176,7 +147,9 @@ def count(
     of the selection that produced ``data``).
 
     Args:
-        data: Anything with ``len()``: an array, a Series, a DataFrame, a list.
+        data: Anything with ``len()``: an array, a Series, a DataFrame, a list; or a
+            Dask Series or DataFrame, or a Spark DataFrame (counted where it lives,
+            `dpaccount.aggregates.columns`).
         accountant: The ledger to charge (before the data is read).
         epsilon: > 0.
         delta: 0 for the discrete Laplace (default); > 0 selects the discrete Gaussian.
@@ -187,7 +160,8 @@ def count(
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
         privacy_unit: The person each row belongs to (an array or Series as long as
-            ``data``). ``None``: one row is one person.
+            ``data``; a Dask Series of the same frame for Dask data; refused for Spark
+            data). ``None``: one row is one person.
         max_rows_per_unit: R, the most rows one person may contribute; each person's
             rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
             the sensitivity is R times one row's.
@@ -199,14 +173,14 @@ def count(
         >>> res.cost, res.sensitivity
         (PrivacyCost(epsilon=0.5, delta=0), Fraction(1, 1))
     """
-    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
+    r, engine = rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation, mech, lvl = _count_setup(accountant, epsilon, delta, mechanism, level, rng, r)
-    check_container(data)
+    check_data(data, engine, numeric=False)
     record = charge_or_preview(
         accountant, mech, label or "count", query_id, lambda: float(mech.halfwidth(lvl))
     )
-    kept = _kept(data, privacy_unit, r, rng)
-    noisy = mech.release(len(data) if kept is None else int(kept.size))
+    rows, _ = true_totals(data, engine, privacy_unit, r, rng)
+    noisy = mech.release(rows)
     w = mech.halfwidth(lvl)
     return AggregateResult(
         value=float(noisy),
@@ -241,7 +215,8 @@ def sum(
     """A noisy sum of values clipped to ``[lower, upper]``, summed exactly on a lattice.
 
     Args:
-        data: A 1-D numeric array or Series.
+        data: A 1-D numeric array or Series; or a Dask Series or a one-column Spark
+            DataFrame (totalled where it lives, `dpaccount.aggregates.columns`).
         accountant: The ledger to charge (before the data is read).
         epsilon: > 0.
         lower: The lower clipping bound (declared, data-independent).
@@ -256,7 +231,8 @@ def sum(
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
         privacy_unit: The person each row belongs to (an array or Series as long as
-            ``data``). ``None``: one row is one person.
+            ``data``; a Dask Series of the same frame for Dask data; refused for Spark
+            data). ``None``: one row is one person.
         max_rows_per_unit: R, the most rows one person may contribute; each person's
             rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
             the sensitivity is R times one row's.
@@ -264,18 +240,17 @@ def sum(
     Returns:
         The result; ``sensitivity`` is ``S * g`` (see the module table).
     """
-    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
+    r, engine = rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation, mech, lvl, fp, s = _sum_setup(
         accountant, epsilon, delta, mechanism, level, lower, upper, granularity, fill, rng, r
     )
-    check_container(data)
-    check_column(data, numeric=True)
+    check_data(data, engine, numeric=True)
     record = charge_or_preview(
         accountant, mech, label or "sum", query_id,
         lambda: to_float(mech.halfwidth(lvl), fp.granularity),
     )
-    kept = _kept(data, privacy_unit, r, rng)
-    noisy = mech.release(lattice_sum(_subset(data, kept), fp))
+    _, total = true_totals(data, engine, privacy_unit, r, rng, fp)
+    noisy = mech.release(total)
     w = mech.halfwidth(lvl)
     g = fp.granularity
     return AggregateResult(
@@ -324,7 +299,8 @@ def mean(
     bounds (post-processing).
 
     Args:
-        data: A 1-D numeric array or Series.
+        data: A 1-D numeric array or Series; or a Dask Series or a one-column Spark
+            DataFrame (totalled where it lives, `dpaccount.aggregates.columns`).
         accountant: The ledger to charge (before the data is read).
         epsilon: > 0, the total for the mean.
         lower: The lower clipping bound.
@@ -340,7 +316,8 @@ def mean(
         query_id: An idempotency key, as for `Accountant.charge`: a retry is
             refused with `DuplicateQueryError` before the data is read.
         privacy_unit: The person each row belongs to (an array or Series as long as
-            ``data``). ``None``: one row is one person.
+            ``data``; a Dask Series of the same frame for Dask data; refused for Spark
+            data). ``None``: one row is one person.
         max_rows_per_unit: R, the most rows one person may contribute; each person's
             rows are reduced to R uniformly at random (`dpaccount.aggregates.units`) and
             the sensitivity is R times one row's.
@@ -354,7 +331,7 @@ def mean(
         >>> 0 <= res.value <= 4
         True
     """
-    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
+    r, engine = rows_per_unit(data, privacy_unit, max_rows_per_unit)
     relation, eps, dlt, kind, lvl = checked(accountant, epsilon, delta, mechanism, level)
     share = to_fraction(count_share, "count_share")
     if not 0 < share < 1:
@@ -365,13 +342,12 @@ def mean(
     sum_mech = noise_for(kind, eps * (1 - share), dlt * (1 - share), s, 1, s, rng)
     count_mech = noise_for(kind, eps * share, dlt * share, r, 1, r, rng)
     total_cost = sum_mech.charge.cost + count_mech.charge.cost  # two mechanisms, one record
-    check_container(data)
-    check_column(data, numeric=True)
+    check_data(data, engine, numeric=True)
     # the mean's interval depends on its noisy count: a preview reports no error bound
     record = charge_or_preview(accountant, total_cost, label or "mean", query_id, lambda: None)
-    kept = _kept(data, privacy_unit, r, rng)
-    noisy_sum = sum_mech.release(lattice_sum(_subset(data, kept), fp, centre))
-    noisy_n = count_mech.release(len(data) if kept is None else int(kept.size))
+    rows, total = true_totals(data, engine, privacy_unit, r, rng, fp, centre)
+    noisy_sum = sum_mech.release(total)
+    noisy_n = count_mech.release(rows)
     g = fp.granularity
     each = (1.0 + lvl) / 2.0
     value_int, lo_int, hi_int = mean_estimate(
@@ -442,7 +418,7 @@ def histogram(
         >>> res.value.shape
         (2,)
     """
-    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
+    r = _in_memory(data, privacy_unit, max_rows_per_unit)
     relation, mech, lvl, edges, cats = _histogram_setup(
         accountant, epsilon, delta, mechanism, level, bins, categories, rng, r
     )
@@ -451,9 +427,9 @@ def histogram(
     record = charge_or_preview(
         accountant, mech, label or "histogram", query_id, lambda: float(mech.halfwidth(lvl))
     )
-    kept = _kept(data, privacy_unit, r, rng)
+    kept = kept_rows(data, privacy_unit, r, rng)
     if edges is not None:
-        counts = histogram_counts(_subset(data, kept), edges)
+        counts = histogram_counts(subset(data, kept), edges)
     else:
         index = {c: i for i, c in enumerate(cats)}
         counts = [0] * len(cats)
@@ -548,7 +524,7 @@ def quantile(
         >>> res.cost.epsilon, res.interval is None
         (Fraction(1, 1), True)
     """
-    r = _rows_per_unit(data, privacy_unit, max_rows_per_unit)
+    r = _in_memory(data, privacy_unit, max_rows_per_unit)
     relation = check_accountant(accountant)
     eps = check_positive(epsilon, "epsilon")
     qf = to_fraction(q, "q")
@@ -577,7 +553,7 @@ def quantile(
         * (1 + 1e-12)
     )
     record = charge_or_preview(accountant, mech, label or "quantile", query_id, lambda: rank_err)
-    utilities = quantile_utilities(_subset(data, _kept(data, privacy_unit, r, rng)), grid, qf)
+    utilities = quantile_utilities(subset(data, kept_rows(data, privacy_unit, r, rng)), grid, qf)
     chosen = float(grid[mech.release(utilities)])
     return AggregateResult(
         value=chosen,

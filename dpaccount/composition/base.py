@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import abc
 import enum
+import itertools
 from collections.abc import Callable, Hashable, Iterable
+from fractions import Fraction
 from typing import Any, Generic, TypeVar
 
+from dpaccount._numeric import fits_grid
 from dpaccount.charges import Atom, Charge, atoms
 from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import ConfigError, UnsupportedChargeError
@@ -140,6 +143,13 @@ class Rule(abc.ABC, Generic[State]):
     #: ``add(add(s, a, m), a, n) == add(s, a, m + n)`` and the order of folding is
     #: irrelevant): then `extend_all` folds each distinct charge once, times its count.
     order_free: bool = False
+    #: Whether the state's sums are bounded (`dpaccount._numeric.bounded_up`: rounded up
+    #: to a dyadic grid once an exact sum would outgrow it, so a charge of a fresh
+    #: run-time parameter costs O(1)). Rounding is not associative, so such a rule's
+    #: `extend_all` groups equal charges only where every sum stays exact
+    #: (`stays_exact`), and otherwise folds the charges in order, one by one, as they
+    #: were charged: a replay then gives the very state the live ledger had.
+    bounded: bool = False
     #: Whether ``admits`` reads a budget's zCDP ``rho`` (`Budget.rho`): a ledger refuses a
     #: budget with a rho under a rule that would ignore it (only ``zcdp`` takes one).
     takes_rho: bool = False
@@ -202,10 +212,34 @@ class Rule(abc.ABC, Generic[State]):
             for charge in charges:
                 state = self.extend(state, charge)
             return state
-        for charge, times in count_distinct(charges):
+        items = charges if isinstance(charges, list) else list(charges)
+        groups = count_distinct(items)
+        if self.bounded and not self.stays_exact(state, [c for c, _ in groups]):
+            for charge in items:
+                state = self.extend(state, charge)
+            return state
+        for charge, times in groups:
             for atom, count in atoms(charge):
                 state = self.add(state, atom, count * times)
         return state
+
+    def bounded_sums(self, state: State) -> tuple[Fraction, ...]:
+        """A `bounded` rule's running sums in ``state`` (none for other rules)."""
+        return ()
+
+    def bounded_terms(self, atom: Atom) -> tuple[Fraction, ...]:
+        """What one run of ``atom`` adds to each of a `bounded` rule's sums."""
+        return ()
+
+    def stays_exact(self, state: State, charges: Iterable[Charge]) -> bool:
+        """Whether folding any multiples of ``charges`` into ``state``, in any order, keeps
+        every bounded sum exact (`dpaccount._numeric.fits_grid` of their denominators):
+        then no rounding happens and grouping equal charges gives the in-order state."""
+        return fits_grid(itertools.chain(
+            (value.denominator for value in self.bounded_sums(state)),
+            (value.denominator for charge in charges for atom, _ in atoms(charge)
+             for value in self.bounded_terms(atom)),
+        ))
 
     def remaining(self, state: State, budget: Budget, k: int) -> Budget:
         """The largest per-query cost such that ``k`` more equal charges fit.

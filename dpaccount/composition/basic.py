@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import attrs
 
+from dpaccount._numeric import bounded_up
 from dpaccount.charges import Atom, Charge, cost_of
 from dpaccount.composition.base import Adaptivity, Rule, SpentMeaning
 from dpaccount.costs import Budget, PrivacyCost, trusted_cost
@@ -23,7 +24,8 @@ _THEOREM = (
 
 @attrs.frozen
 class BasicState:
-    """Running exact sums of epsilon and delta."""
+    """Running sums of epsilon and delta: exact, or rounded up to the dyadic grid of
+    `dpaccount._numeric.bounded_up` once exact ones would outgrow it."""
 
     epsilon: Fraction
     delta: Fraction
@@ -35,7 +37,12 @@ class BasicRule(Rule[BasicState]):
     Proven for the fully adaptive case: Dwork and Roth 2014, Thm 3.16 for adaptively
     chosen mechanisms, and Rogers, Roth, Ullman and Vadhan 2016 (Thm 3.6) show that
     stopping when the sum would exceed the budget is a valid privacy filter, so each
-    query's epsilon and delta may be chosen at run time. Sums are exact.
+    query's epsilon and delta may be chosen at run time. Sums are exact, until a sum's
+    denominator would outgrow `dpaccount._numeric.SUM_BITS` bits (distinct run-time
+    values with coprime denominators, such as epsilon = 1 / scale for fresh float
+    scales): from there it is rounded up to a multiple of 2^-4096 (`bounded_up`), an
+    upper bound within 2^-4096 per charge, so a charge stays O(1). A rounded sum only
+    ever refuses what the exact one would admit, never the other way.
 
     Examples:
         >>> rule = BasicRule()
@@ -48,7 +55,8 @@ class BasicRule(Rule[BasicState]):
     adaptivity = Adaptivity.FULLY_ADAPTIVE
     spent_meaning = SpentMeaning.SUM
     theorem = _THEOREM
-    order_free = True  # exact sums of epsilon and delta: replays fold each charge once
+    order_free = True  # sums of epsilon and delta: replays fold each charge once
+    bounded = True  # each sum rounded up to the dyadic grid once it would outgrow it
 
     def start(self) -> BasicState:
         return BasicState(Fraction(0), Fraction(0))
@@ -56,16 +64,27 @@ class BasicRule(Rule[BasicState]):
     def add(self, state: BasicState, atom: Atom, count: int) -> BasicState:
         cost = cost_of(atom)
         if count == 1:
-            return BasicState(state.epsilon + cost.epsilon, state.delta + cost.delta)
+            return BasicState(bounded_up(state.epsilon + cost.epsilon),
+                              bounded_up(state.delta + cost.delta))
         return BasicState(
-            state.epsilon + cost.epsilon * count, state.delta + cost.delta * count
+            bounded_up(state.epsilon + cost.epsilon * count),
+            bounded_up(state.delta + cost.delta * count),
         )
 
     def extend_costed(self, state: BasicState, charge: Charge, cost: PrivacyCost
                       ) -> BasicState:
         """``cost_of(charge)`` is the sum of its atoms' costs times their counts
-        (`Repeated.cost` multiplies exactly), which is what `extend` adds."""
-        return BasicState(state.epsilon + cost.epsilon, state.delta + cost.delta)
+        (`Repeated.cost` multiplies exactly), which is what `extend` adds (each sum
+        bounded the same way, so a replay gives the same state)."""
+        return BasicState(bounded_up(state.epsilon + cost.epsilon),
+                          bounded_up(state.delta + cost.delta))
+
+    def bounded_sums(self, state: BasicState) -> tuple[Fraction, ...]:
+        return state.epsilon, state.delta
+
+    def bounded_terms(self, atom: Atom) -> tuple[Fraction, ...]:
+        cost = cost_of(atom)
+        return cost.epsilon, cost.delta
 
     def total(self, state: BasicState) -> PrivacyCost:
         if state.delta >= 1:

@@ -12,8 +12,12 @@ before the first n for which
 makes the whole interaction (epsilon, delta)-DP. This matches the constants of advanced
 composition while allowing the parameters to be chosen adaptively.
 
-`FilterRule` keeps the two running sums exactly (O(1) per charge), and admits a
-charge only if, after it, the stopping condition is not met:
+`FilterRule` keeps the two running sums exactly, or, once a sum's denominator would
+outgrow `dpaccount._numeric.SUM_BITS` bits (distinct run-time epsilons with coprime
+denominators), rounded up to a multiple of 2^-4096 (`bounded_up`): an upper bound
+within 2^-4096 per charge, O(1) per charge. Larger sums only make the filter stop
+sooner, so the theorem's guarantee holds for the rounded sums. It admits a charge only
+if, after it, the stopping condition is not met:
 sqrt(2 ln(1/delta') S2) + S2 / 2 <= epsilon (rounded up) and sum delta_m <= delta - delta'.
 
 Examples:
@@ -31,7 +35,7 @@ from typing import Any
 
 import attrs
 
-from dpaccount._numeric import ZERO, float_up, up
+from dpaccount._numeric import ZERO, bounded_up, float_up, up
 from dpaccount.charges import Atom, cost_of
 from dpaccount.composition.advanced import check_slack, log_inv_up
 from dpaccount.composition.base import Adaptivity, ByIdentity, Rule, SpentMeaning
@@ -98,7 +102,8 @@ def _filter_terms(atom: Atom) -> tuple[Fraction, Fraction]:
 
 @attrs.frozen
 class FilterState:
-    """The filter's running sums: sum epsilon_m^2 and sum delta_m, exact."""
+    """The filter's running sums: sum epsilon_m^2 and sum delta_m, exact or rounded up to
+    the dyadic grid of `dpaccount._numeric.bounded_up`."""
 
     eps_sq: Fraction
     delta: Fraction
@@ -138,7 +143,8 @@ class FilterRule(Rule[FilterState]):
     adaptivity = Adaptivity.FULLY_ADAPTIVE
     spent_meaning = SpentMeaning.FILTER
     theorem = THEOREM_FILTER
-    order_free = True  # exact sums of epsilon^2 and delta
+    order_free = True  # sums of epsilon^2 and delta
+    bounded = True  # each sum rounded up to the dyadic grid once it would outgrow it
 
     def __init__(self, delta_slack: Any = None, *, budget: Budget | None = None) -> None:
         if delta_slack is None:
@@ -163,8 +169,15 @@ class FilterRule(Rule[FilterState]):
     def add(self, state: FilterState, atom: Atom, count: int) -> FilterState:
         e2, delta = self._terms.get(atom, lambda: _filter_terms(atom))
         if count == 1:
-            return FilterState(state.eps_sq + e2, state.delta + delta)
-        return FilterState(state.eps_sq + e2 * count, state.delta + delta * count)
+            return FilterState(bounded_up(state.eps_sq + e2), bounded_up(state.delta + delta))
+        return FilterState(bounded_up(state.eps_sq + e2 * count),
+                           bounded_up(state.delta + delta * count))
+
+    def bounded_sums(self, state: FilterState) -> tuple[Fraction, ...]:
+        return state.eps_sq, state.delta
+
+    def bounded_terms(self, atom: Atom) -> tuple[Fraction, ...]:
+        return self._terms.get(atom, lambda: _filter_terms(atom))
 
     def value(self, state: FilterState) -> Fraction:
         """sqrt(2 ln(1/delta') S2) + S2/2 for this state, rounded up."""

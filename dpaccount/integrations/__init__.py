@@ -6,6 +6,8 @@
   by a ledger (extra ``opacus``).
 * `dpaccount.integrations.jax`: JAX / Optax; compiled ``lax.scan`` chunks, each charged
   first (extra ``jax``).
+* `dpaccount.integrations.dp_events`: dp_accounting ``DpEvent`` trees as charges, and
+  back (extra ``dp-accounting``).
 
 The framework modules import their framework when they are imported, and raise an
 `ImportError` naming the ``pip install`` command when it is missing.

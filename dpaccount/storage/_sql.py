@@ -29,9 +29,9 @@ from datetime import datetime
 from fractions import Fraction
 
 import attrs
-import pydantic
 
-from dpaccount._numeric import int_text, text_int
+from dpaccount._numeric import SUM_BITS as NUMERIC_SUM_BITS
+from dpaccount._numeric import bounded_up, int_text, text_int
 from dpaccount.costs import PrivacyCost
 from dpaccount.errors import ConfigError, LedgerConflictError, LedgerCorruptError, StorageError
 from dpaccount.keys import KEY_FILE_ENV, LedgerKey, link
@@ -124,18 +124,15 @@ class LedgerTip:
         )
 
 
-#: A cached running sum whose reduced denominator needs more bits than this is rounded
-#: up to a multiple of 2**-SUM_BITS. Sums of floats (denominators up to 2**1074) and of
-#: decimals within the cost bounds (down to 10**-1233) never reach it, so they stay
-#: exact; pairwise coprime denominators (1/(10**100 + k), ...) would otherwise grow
-#: without bound and make every charge slower.
-SUM_BITS = 4096
-_SUM_SCALE = 1 << SUM_BITS
+#: The grid of the cached running sums: `dpaccount._numeric.SUM_BITS`, shared with the
+#: rules' bounded sums (PostgreSQL's append function rounds in ``numeric`` the same way).
+SUM_BITS = NUMERIC_SUM_BITS
 
 
 def bounded_sum(value: Fraction) -> Fraction:
     """``value`` if its denominator fits in `SUM_BITS` bits, else rounded **up** to the
-    next multiple of ``2**-SUM_BITS`` (never below: a cached sum never under-counts).
+    next multiple of ``2**-SUM_BITS`` (never below: a cached sum never under-counts):
+    `dpaccount._numeric.bounded_up`, the one rounding every bounded sum shares.
     PostgreSQL's append function does the same in ``numeric``.
 
     Examples:
@@ -144,12 +141,8 @@ def bounded_sum(value: Fraction) -> Fraction:
         >>> big = Fraction(1, 3**3000)
         >>> 0 < bounded_sum(big) - big < Fraction(1, 2**4096)
         True
-        >>> bounded_sum(big).denominator == 2**4096
-        True
     """
-    if value.denominator.bit_length() <= SUM_BITS:
-        return value
-    return Fraction(-((-value.numerator * _SUM_SCALE) // value.denominator), _SUM_SCALE)
+    return bounded_up(value)
 
 
 EMPTY_TIP = LedgerTip(0, GENESIS_HASH, Fraction(0), Fraction(0))
@@ -249,7 +242,7 @@ def parse_meta(text: str) -> LedgerMeta:
     """Validate stored metadata; anything malformed is corruption."""
     try:
         return LedgerMeta.model_validate_json(text)
-    except pydantic.ValidationError as exc:
+    except ValueError as exc:  # pydantic's ValidationError (imported with the models)
         raise LedgerCorruptError(f"the stored ledger metadata is invalid: {exc}") from exc
 
 
@@ -364,7 +357,7 @@ def sums_add_up(seen: LedgerTip, payloads: Iterable[str], cached: LedgerTip) -> 
         if cost is None:
             return False
         eps, delta, count = eps + cost[0], delta + cost[1], count + 1
-    step = Fraction(count, _SUM_SCALE)
+    step = Fraction(count, 1 << SUM_BITS)
     return (eps <= cached.epsilon_sum <= eps + step
             and delta <= cached.delta_sum <= delta + step)
 

@@ -47,7 +47,7 @@ def test_best_rule_in_an_accountant_records_its_theorem() -> None:
     acct = Accountant(budget, rule=rule)
     assert acct.rule.name == "filter"
     assert "Whitehouse" in acct.rule.theorem
-    remaining = acct.remaining(10)
+    remaining = acct.remaining_for(10)
     # sqrt(2 ln(2e5) 10) eps + 5 eps^2 = 1 at eps = 0.06274...
     assert remaining.epsilon is not None
     assert Fraction(627, 10**4) < remaining.epsilon < Fraction(628, 10**4)

@@ -135,7 +135,7 @@ def test_a_rho_budget_admits_exactly_what_sums_to_it() -> None:
         acct.charge(GaussianCharge(sigma=1000, sensitivity=1, epsilon=1))
     assert len(acct.records) == 10
     assert acct.spent == zcdp_conversion("0.5", "1e-6")
-    left = acct.remaining()
+    left = acct.remaining
     assert left.rho == 0 and left.epsilon == 0
 
 

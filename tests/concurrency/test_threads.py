@@ -32,7 +32,7 @@ def _hammer(acct: Accountant, cost: PrivacyCost, tries: int, threads: int) -> li
                 acct.charge(cost)
             except BudgetExceededError:
                 # A refusal is only allowed when the remaining budget cannot pay.
-                assert not cost.fits(acct.remaining())
+                assert not cost.fits(acct.remaining)
             else:
                 accepted[i] += 1
 
@@ -66,4 +66,4 @@ def test_mixed_costs_never_overspend() -> None:
     total = sum((r.cost for r in acct.records), PrivacyCost(0))
     assert total == acct.spent and total.fits(budget)
     # nothing is left that the small charge could still pay for
-    assert not small.fits(acct.remaining())
+    assert not small.fits(acct.remaining)

@@ -50,6 +50,11 @@ LABELS = st.one_of(
 )
 
 META = LedgerMeta.build("main", Budget(1, "1e-6"), {"name": "basic"}, Relation.ADD_REMOVE)
+#: A ledger whose stored budget is far above what the raw appends of some tests spend:
+#: PostgreSQL enforces a basic ledger's stored budget on every append, whatever limits a
+#: caller passes (see the hostile-writer tests at the end of unit/test_roles.py).
+ROOMY = LedgerMeta.build("main", Budget(10**6, "1/2"), {"name": "basic"},
+                         Relation.ADD_REMOVE)
 
 
 def rec(
@@ -84,6 +89,15 @@ class StoreContract:
         yield s
         s.close()
 
+    @pytest.fixture
+    def roomy(self, opener: Callable[[str], Store]) -> Iterator[Store]:
+        """The ledger ``main`` with the `ROOMY` budget, for raw appends that spend more
+        than `META`'s."""
+        s = opener("main")
+        s.initialize(ROOMY)
+        yield s
+        s.close()
+
     def test_is_a_store(self, store: Store) -> None:
         assert isinstance(store, Store)
 
@@ -97,9 +111,10 @@ class StoreContract:
         assert list(store.read()) == []
         assert store.find("nope") is None
 
-    def test_append_and_read_round_trip(self, store: Store) -> None:
+    def test_append_and_read_round_trip(self, roomy: Store) -> None:
+        store = roomy
         charges = [PrivacyCost("1/3", "1e-9"), LaplaceCharge(2, 1),
-                   Repeated(GaussianCharge(4, 1, "1/2"), 3)]
+                   Repeated(GaussianCharge(4, 1, "1/200"), 3)]
         records = [rec(i, charge=c, query_id=f"id{i}") for i, c in enumerate(charges)]
         for r in records:
             store.append(r.seq, r)
@@ -132,11 +147,12 @@ class StoreContract:
         assert store.head() == 3
 
     def test_threads_racing_never_lose_or_duplicate(self, opener: Callable[[str], Store],
-                                                    store: Store) -> None:
+                                                    roomy: Store) -> None:
+        store = roomy
         per_thread, threads = 15, 4
         stores = [store] + [opener("main") if self.durable else store for _ in range(threads - 1)]
         for s in stores[1:]:
-            s.initialize(META)
+            s.initialize(ROOMY)
 
         def worker(s: Store, t: int) -> None:
             done = 0
@@ -362,7 +378,7 @@ class DurableContract(StoreContract):
                         relation="substitution")
         bigger = open_ledger(self.url(), name="main", budget=Budget(2, "1e-6"), migrate=True)
         assert bigger.spent == PrivacyCost("1/2")
-        assert bigger.remaining().epsilon == Fraction(3, 2)
+        assert bigger.remaining.epsilon == Fraction(3, 2)
         history = bigger.store.meta_history()  # type: ignore[attr-defined]
         assert [(v, h, m.budget.epsilon) for v, _, h, m in history] == [
             (0, 0, Fraction(1)), (1, 1, Fraction(2))]
@@ -469,7 +485,8 @@ class DurableContract(StoreContract):
         assert store.verify().head == 6  # type: ignore[attr-defined]
         other.close()
 
-    def test_append_within_compares_the_exact_sums_with_the_limits(self, store: Store) -> None:
+    def test_append_within_compares_the_exact_sums_with_the_limits(self, roomy: Store) -> None:
+        store = roomy
         s = self.within(store)
         third = PrivacyCost("1/3", "1/3000000")
         for i in range(2):
@@ -560,12 +577,13 @@ class DurableContract(StoreContract):
         for s in stores[1:]:
             s.close()
 
-    def test_append_within_stores_the_canonical_payload_and_hash(self, store: Store) -> None:
+    def test_append_within_stores_the_canonical_payload_and_hash(self, roomy: Store) -> None:
         """The re-numbered payload is the canonical encoding; its hash is Python's.
 
         Labels and query ids full of quotes, backslashes, non-ASCII text and the text
         ``"seq":1,`` cannot confuse the re-numbering (see ``split_at_seq``).
         """
+        store = roomy
 
         @settings(max_examples=25, deadline=None)
         # A query_id is a text column: PostgreSQL refuses NUL there (a StorageError).

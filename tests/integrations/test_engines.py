@@ -212,3 +212,121 @@ def test_undeclared_keys_of_other_types_are_refused_before_the_charge() -> None:
     with pytest.raises(ConfigError, match="declare the keys"):
         groupby(frame, "day")
     assert groupby(frame, "day", keys=[pd.Timestamp("2026-11-24")]) is not None
+
+
+# -- one column on an engine: count, sum and mean take it as they take a pandas column ----
+
+
+def _scalar_results(data: Any, unit: Any = None) -> list[Any]:
+    """count, sum and mean of ``data`` with fixed seeds, each on a fresh ledger."""
+    from dpaccount import aggregates as agg
+
+    extra = {} if unit is None else {"privacy_unit": unit, "max_rows_per_unit": 2}
+    out = []
+    for call, options in (
+        (agg.count, {}),
+        (agg.sum, {"lower": 0, "upper": 10, "granularity": "0.25"}),
+        (agg.mean, {"lower": 0, "upper": 10, "granularity": "0.25"}),
+    ):
+        acct = Accountant(Budget(10))
+        res = call(data, acct, 1, rng=RandomSource.seeded(7), **options, **extra)
+        assert len(acct.records) == 1
+        out.append(res)
+    return out
+
+
+def test_dask_columns_give_the_pandas_answers_and_charges() -> None:
+    dd = _need("dask.dataframe")
+    df = table(1_500, 12)
+    lazy = dd.from_pandas(df, npartitions=4)
+    expected = _scalar_results(df["x"])
+    for data in (lazy["x"], lazy[["x"]]):  # a Series, and a one-column frame
+        got = _scalar_results(data)
+        for mine, theirs in zip(got, expected, strict=True):
+            assert mine.value == theirs.value and mine.interval == theirs.interval
+            assert mine.record.charge == theirs.record.charge
+    # with a privacy unit: a person's rows bounded by keyed hashes, as the group-by does
+    with_unit = _scalar_results(lazy["x"], lazy["user"])
+    g = groupby(df, None, privacy_unit="user", max_rows_per_unit=2,
+                rng=RandomSource.seeded(7))
+    whole = g.count(Accountant(Budget(10)), 1)
+    assert with_unit[0].value == whole.frame["value"].iloc[0]
+    assert with_unit[0].value < expected[0].value  # ~500 people keep 2 rows at most
+
+
+def test_dask_columns_are_checked_before_the_charge() -> None:
+    dd = _need("dask.dataframe")
+    from dpaccount import InvalidCostError
+    from dpaccount import aggregates as agg
+
+    lazy = dd.from_pandas(table(100, 1).assign(t=["x"] * 100), npartitions=2)
+    acct = Accountant(Budget(1))
+    with pytest.raises(InvalidCostError, match="numeric"):
+        agg.sum(lazy["t"], acct, 1, lower=0, upper=1)
+    with pytest.raises(InvalidCostError, match="one column"):
+        agg.mean(lazy[["x", "user"]], acct, 1, lower=0, upper=1)
+    with pytest.raises(InvalidCostError, match="Dask Series"):
+        agg.count(lazy["x"], acct, 1, privacy_unit=np.arange(100), max_rows_per_unit=2)
+    with pytest.raises(InvalidCostError, match="lazy frame"):
+        agg.histogram(lazy["x"], acct, 1, bins=[0, 1, 2])
+    assert len(acct.records) == 0
+    assert agg.count(lazy, acct, 1).cost.epsilon == 1  # a count reads any frame's rows
+
+
+def test_output_is_checked_and_the_table_follows_it() -> None:
+    from dpaccount import ConfigError
+
+    df = table(300, 4).assign(sparkSession=1.0)  # a column named like Spark's attribute
+    with pytest.raises(ConfigError, match="output"):
+        groupby(df, "key", output="arrow")
+    res = groupby(df, "key", keys=list(KEYS)).count(Accountant(Budget(1)), 1)
+    assert res.output == "pandas" and res.table is res.frame and res.session is None
+    assert res.clamped().output == "pandas"
+    pl = pytest.importorskip("polars")
+    res = groupby(df, "key", keys=list(KEYS), output="polars").count(Accountant(Budget(1)), 1)
+    assert isinstance(res.table, pl.DataFrame) and res.table.columns == [
+        "key", "value", "low", "high"]
+    assert res.clamped().output == "polars"
+
+
+def test_dask_output_hands_back_a_dask_frame_of_noisy_values() -> None:
+    dd = _need("dask.dataframe")
+    df = table(800, 2)
+    acct = Accountant(Budget(10, "1e-5"))
+    g = groupby(dd.from_pandas(df, npartitions=3), "key", output="dask",
+                rng=RandomSource.seeded(1))
+    res = g.sum("x", acct, 1, lower=0, upper=10, delta="1e-6")
+    assert isinstance(res.table, dd.DataFrame)
+    got = res.table.compute().reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, res.frame.reset_index(), check_dtype=False)
+    assert list(got.columns) == ["key", "value", "low", "high"]  # no other column
+    assert set(got["key"]) <= {"a", "b", "c", "d", "zz"}
+
+
+def test_spark_columns_and_spark_output(spark: Any) -> None:
+    """One session for all: a one-column Spark frame gives the pandas answers; a Column
+    and a privacy unit are refused before the charge; output="spark" hands back a table."""
+    from dpaccount import InvalidCostError
+    from dpaccount import aggregates as agg
+
+    df = table(600, 13)
+    frame = spark.createDataFrame(df).repartition(3)
+    expected = _scalar_results(df["x"])
+    for mine, theirs in zip(_scalar_results(frame.select("x")), expected, strict=True):
+        assert mine.value == theirs.value and mine.record.charge == theirs.record.charge
+    acct = Accountant(Budget(1))
+    with pytest.raises(InvalidCostError, match="expression"):
+        agg.sum(frame["x"], acct, 1, lower=0, upper=1)
+    with pytest.raises(InvalidCostError, match="privacy_unit"):
+        agg.count(frame.select("x"), acct, 1, privacy_unit=frame.select("user"),
+                  max_rows_per_unit=2)
+    with pytest.raises(InvalidCostError, match="one column"):
+        agg.sum(frame, acct, 1, lower=0, upper=1)
+    assert len(acct.records) == 0
+    res = groupby(frame, "key", keys=list(KEYS), output="spark",
+                  rng=RandomSource.seeded(2)).count(Accountant(Budget(1)), 1)
+    table_ = res.table
+    assert type(table_).__module__.startswith("pyspark") and table_.columns == [
+        "key", "value", "low", "high"]
+    rows = sorted((r["key"], r["value"], r["low"], r["high"]) for r in table_.collect())
+    assert rows == sorted(res.frame.reset_index().itertuples(index=False, name=None))

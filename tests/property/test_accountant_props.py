@@ -74,7 +74,7 @@ def test_admits_exactly_what_fits_and_refusals_change_nothing(
         fits = (eps_sum + cost.epsilon <= budget.epsilon) and (
             delta_sum + cost.delta <= budget.delta
         )
-        before = (acct.spent, tuple(acct.records), acct.remaining())
+        before = (acct.spent, tuple(acct.records), acct.remaining)
         if fits:
             acct.charge(cost)
             eps_sum += cost.epsilon
@@ -82,7 +82,7 @@ def test_admits_exactly_what_fits_and_refusals_change_nothing(
         else:
             with pytest.raises(BudgetExceededError):
                 acct.charge(cost)
-            assert (acct.spent, tuple(acct.records), acct.remaining()) == before
+            assert (acct.spent, tuple(acct.records), acct.remaining) == before
         assert acct.spent == PrivacyCost(eps_sum, delta_sum)
         assert acct.spent.fits(budget)
 

@@ -74,11 +74,11 @@ def test_repeated_equals_separate_charges(charge: Any, k: int, delta: Fraction) 
 def test_refusal_leaves_the_ledger_as_it_was(items: list[Any], rho: Fraction) -> None:
     acct = Accountant(Budget(rho=rho, delta="1e-6"), rule="zcdp")
     for charge in items:
-        before = (acct.spent, acct.state, len(acct.records), acct.remaining())
+        before = (acct.spent, acct.state, len(acct.records), acct.remaining)
         try:
             acct.charge(charge)
         except BudgetExceededError:
-            assert (acct.spent, acct.state, len(acct.records), acct.remaining()) == before
+            assert (acct.spent, acct.state, len(acct.records), acct.remaining) == before
             assert acct.state.rho + rho_of(charge) > rho  # refused only when over
         else:
             assert acct.state.rho <= rho

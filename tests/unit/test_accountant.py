@@ -43,7 +43,7 @@ class _Identity(Mechanism):
 
 
 def snapshot(acct: Accountant) -> tuple[object, ...]:
-    return (acct.spent, acct.remaining(), tuple(acct.records))
+    return (acct.spent, acct.remaining, tuple(acct.records))
 
 
 def test_whole_budget_then_any_positive_amount_is_refused() -> None:
@@ -124,13 +124,13 @@ def test_can_afford_does_not_record() -> None:
 def test_remaining_k_is_exact_for_basic() -> None:
     acct = Accountant(Budget(1, "1e-6"))
     acct.charge(PrivacyCost("0.2", "1e-7"))
-    per = acct.remaining(4)
+    per = acct.remaining_for(4)
     assert per == Budget("0.2", "2.25e-7")
     for _ in range(4):
         acct.charge(PrivacyCost(per.epsilon, per.delta))
     assert acct.spent == PrivacyCost(1, "1e-6")
     with pytest.raises(InvalidCostError):
-        acct.remaining(0)
+        acct.remaining_for(0)
 
 
 def test_repeated_equals_separate_charges() -> None:
@@ -246,7 +246,7 @@ def test_unlimited_budget_tracks_only() -> None:
     for _ in range(100):
         acct.charge(PrivacyCost(1000))
     assert acct.spent == PrivacyCost(100_000)
-    assert acct.remaining().epsilon is None
+    assert acct.remaining.epsilon is None
 
 
 def test_delta_reaching_one_over_n_is_refused() -> None:

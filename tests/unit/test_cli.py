@@ -28,9 +28,9 @@ def test_compose_basic_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_compose_invalid_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compose", "--rule", "basic", "--epsilon", "nan", "--count", "3"]) == 2
-    assert "invalid epsilon" in capsys.readouterr().err
+    assert "--epsilon 'nan'" in capsys.readouterr().err
     assert main(["compose", "--rule", "advanced", "--epsilon", "0.1", "--count", "3"]) == 2
-    assert "delta_slack" in capsys.readouterr().err
+    assert "give --delta-slack" in capsys.readouterr().err
 
 
 def test_plot_composition_writes_a_png(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_read_only_reads_and_refuses_every_write(url: str) -> None:
         writer.charge(PrivacyCost("0.25"), label="count")
     with open_ledger(url, name="L", read_only=True) as dashboard:
         assert dashboard.spent == PrivacyCost("0.25")
-        assert dashboard.remaining().epsilon == 0.75
+        assert dashboard.remaining.epsilon == 0.75
         with pytest.raises(ReadOnlyLedgerError, match="read-only"):
             dashboard.charge(PrivacyCost("0.1"))
         with pytest.raises(ReadOnlyLedgerError):

@@ -28,6 +28,7 @@ from dpaccount.accountant import SNAPSHOT_EVERY
 from dpaccount.errors import (
     BudgetExceededError,
     ConfigError,
+    DeltaWarning,
     LedgerConflictError,
     StorageError,
 )
@@ -432,3 +433,52 @@ def test_verify_warns_about_ledger_files_others_can_write(tmp_path: Path, target
     assert str(path) in warning and "group and others" in warning
     assert text.splitlines()[-1].startswith("ok:")
     assert "dpaccount: warning:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", ["within", "decided", "group"])
+def test_a_hostile_writer_cannot_spend_past_a_basic_ledgers_stored_budget(
+        server: Server, path: str) -> None:
+    # A writer that bypasses the Accountant and calls the store's write paths itself,
+    # with limits of its choosing or a decision that admits anything: the database
+    # compares the sums with the budget stored in the ledger's settings (the basic rule)
+    # at commit, on every path that moves the tip, and refuses; nothing is recorded.
+    open_ledger(server.url, name="L", budget=Budget(1, "1e-6")).close()
+    writer = server.role()
+    server.grant("L", writer, "writer")
+    with open_ledger(server.url_as(writer), name="L") as acct:
+        acct.charge(PrivacyCost("0.5"))
+        store: Any = acct.store
+        head = store.head()
+        over = _record(head, eps="3/4")  # 0.5 + 0.75 > 1
+        with pytest.raises(StorageError, match="past its stored epsilon budget"):
+            if path == "within":
+                store.append_within(head, over, Fraction(100), Fraction(1), None)
+            elif path == "decided":
+                store.append_decided(head, over, lambda missed: True)
+            else:
+                store.append_group([GroupAppend("L", head, over, None, lambda missed: True)])
+        # what fits is still charged (the writer's ordinary path)
+        acct.charge(PrivacyCost("0.5"))
+        with pytest.raises(BudgetExceededError):
+            acct.charge(PrivacyCost("1/1000"))
+    assert server.count("L") == 2
+    assert server.sql("SELECT epsilon_sum FROM {s}.ledgers WHERE name = 'L'") == [("1/1",)]
+    assert cli("verify", server.url, "--name", "L")[0] == 0
+
+
+def test_the_stored_delta_budget_and_dataset_size_hold_against_a_hostile_writer(
+        server: Server) -> None:
+    with pytest.warns(DeltaWarning):  # delta 1/1000 >= 1/n: the size is the binding limit
+        open_ledger(server.url, name="L", budget=Budget(10, "1/1000"),
+                    dataset_size=2000).close()
+    writer = server.role()
+    server.grant("L", writer, "writer")
+    with pytest.warns(DeltaWarning), open_ledger(server.url_as(writer), name="L") as acct:
+        store: Any = acct.store
+        record = LedgerRecord(seq=0, label="direct", charge=PrivacyCost(0, "1/2000"),
+                              cost=PrivacyCost(0, "1/2000"), rule="basic",
+                              timestamp=datetime(2026, 1, 1, tzinfo=UTC))
+        # 1/2000 fits the delta budget 1/1000 but not delta < 1/n with n = 2000
+        with pytest.raises(StorageError, match="past its stored delta budget"):
+            store.append_within(0, record, None, Fraction(1), None)
+    assert server.count("L") == 0

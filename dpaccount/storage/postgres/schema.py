@@ -141,7 +141,8 @@ def schema_sql(schema: str) -> list[str]:
         f"""CREATE OR REPLACE FUNCTION {s}.{SUMS_FUNCTION}() RETURNS trigger
         LANGUAGE plpgsql AS $$
         DECLARE
-            v_text text; v_at integer; v_delta text; v_eps text;
+            v_text text; v_at integer; v_delta text; v_eps text; v_meta jsonb;
+            v_budget text; v_size numeric;
         BEGIN
             IF NEW.head = OLD.head THEN
                 RETURN NULL;
@@ -169,6 +170,36 @@ def schema_sql(schema: str) -> list[str]:
             THEN
                 RAISE EXCEPTION 'dpaccount ledger tips only move forward to a recorded '
                     'hash, adding that record''s cost';
+            END IF;
+            -- The basic rule's budget, enforced by the database on every path that moves
+            -- a tip (whatever limits a caller of the writer functions passed): the
+            -- stored sums (exact, or rounded up past 2^-{SUM_BITS}) stay within the
+            -- stored budget, and delta strictly below 1/n when a size is declared.
+            v_meta := NEW.meta::jsonb;
+            IF v_meta->'rule'->>'name' = 'basic' THEN
+                v_budget := v_meta->>'budget_epsilon';
+                IF v_budget IS NOT NULL AND
+                    split_part(NEW.epsilon_sum, '/', 1)::numeric
+                        * coalesce(nullif(split_part(v_budget, '/', 2), ''), '1')::numeric
+                    > split_part(v_budget, '/', 1)::numeric
+                        * coalesce(nullif(split_part(NEW.epsilon_sum, '/', 2), ''), '1')::numeric
+                THEN
+                    RAISE EXCEPTION 'dpaccount ledger % would spend past its stored epsilon '
+                        'budget', NEW.name USING ERRCODE = 'check_violation';
+                END IF;
+                v_budget := v_meta->>'budget_delta';
+                v_size := (v_meta->>'dataset_size')::numeric;
+                IF split_part(NEW.delta_sum, '/', 1)::numeric
+                        * coalesce(nullif(split_part(v_budget, '/', 2), ''), '1')::numeric
+                    > split_part(v_budget, '/', 1)::numeric
+                        * coalesce(nullif(split_part(NEW.delta_sum, '/', 2), ''), '1')::numeric
+                    OR (v_size IS NOT NULL AND
+                        split_part(NEW.delta_sum, '/', 1)::numeric * v_size
+                        >= coalesce(nullif(split_part(NEW.delta_sum, '/', 2), ''), '1')::numeric)
+                THEN
+                    RAISE EXCEPTION 'dpaccount ledger % would spend past its stored delta '
+                        'budget', NEW.name USING ERRCODE = 'check_violation';
+                END IF;
             END IF;
             RETURN NULL;
         END $$"""
@@ -247,7 +278,7 @@ def present_sql(s: str) -> tuple[str, tuple[str, ...]]:
 TIP_FUNCTION = "dpaccount_tip_moves_forward_v1"
 #: The deferred trigger function that checks a tip moved by one record adds its cost,
 #: and the bounded exact addition of two ``"num/den"`` texts it uses.
-SUMS_FUNCTION = "dpaccount_sums_follow_records_v2"
+SUMS_FUNCTION = "dpaccount_sums_follow_records_v3"
 
 #: The server-side function behind `PostgresStore.append_within()` (its signature;
 #: the name carries a version so a changed body gets a new function).

@@ -10,6 +10,7 @@ row. `dpaccount.storage.postgres.appends` builds the append paths on it, and
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
@@ -36,6 +37,7 @@ from dpaccount.storage.postgres.functions import GUARD_TAG, FunctionChangedError
 __all__ = ["RECORD_COLUMNS", "PostgresSession", "split_anchor"]
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 Locking = Literal["conditional", "row", "serializable"]
 Commit = Literal["group", "sync"]
 
@@ -90,6 +92,9 @@ class PostgresSession:
 
     def _connection(self) -> Any:
         if self._conn is None or self._conn.closed or self._conn.broken:
+            if self._conn is not None:
+                _log.debug("PostgreSQL ledger %r: the connection was closed or broken; "
+                           "reconnecting", self.name)
             conn = self._pg.connect(self._conninfo, autocommit=True)
             try:
                 pid, sync = conn.execute(
@@ -173,6 +178,9 @@ class PostgresSession:
             try:
                 return self._call_once(body)
             except FunctionChangedError:
+                _log.debug("PostgreSQL ledger %r: a server-side function changed since it "
+                           "was checked; checking the functions again and retrying once",
+                           self.name)
                 self._pin(repin=True)
             return self._call_once(body)
 
@@ -239,7 +247,10 @@ class PostgresSession:
                 except (
                     self._pg.errors.SerializationFailure,
                     self._pg.errors.DeadlockDetected,
-                ):
+                ) as exc:
+                    _log.debug("PostgreSQL ledger %r: %s (attempt %d of %d); retrying the "
+                               "transaction", self.name, type(exc).__name__, _attempt + 1,
+                               SERIALIZATION_RETRIES)
                     continue
             raise StorageError(
                 f"ledger {self.name!r}: serialization failures persisted after "
@@ -295,6 +306,8 @@ class PostgresSession:
                 self._prepared_on = None
                 if attempt == 2:
                     raise
+                _log.debug("PostgreSQL ledger %r: the session lost its prepared "
+                           "statements; preparing them again", self.name)
                 continue
             except self._pg.Error:
                 self._rollback(conn)

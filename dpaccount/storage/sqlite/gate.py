@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import select
 import stat
@@ -35,6 +36,8 @@ if sys.platform != "win32":
     import fcntl
 
 __all__ = ["WriterGate"]
+
+_log = logging.getLogger(__name__)
 
 #: The longest a waiter sleeps before it looks at the lock again (a wake-up byte can be
 #: read by another waiter, or lost with a writer that died while holding the gate).
@@ -99,17 +102,23 @@ class WriterGate:
         fd = self._open()
         if fd is None:
             return False
+        waiting_since = None
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                pass
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
             else:
                 self._drain(fd)  # wake-ups sent while nobody waited are stale
                 self._depth = 1
+                if waiting_since is not None:
+                    _log.debug("waited %.1f ms for the SQLite writers' gate",
+                               (time.monotonic() - waiting_since) * 1000)
                 return True
             left = deadline - time.monotonic()
             if left <= 0:
+                _log.debug("gave up waiting for the SQLite writers' gate (lock_timeout)")
                 return False
             if self._poll.poll(min(left, _POLL_SECONDS) * 1000):  # (no FD_SETSIZE limit)
                 self._drain(fd)

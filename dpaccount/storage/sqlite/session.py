@@ -4,6 +4,7 @@ advancing a ledger's row."""
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import sqlite3
@@ -31,6 +32,8 @@ from dpaccount.storage.sqlite.gate import WriterGate
 from dpaccount.storage.sqlite.schema import TRIGGERS, trigger_sql
 
 __all__ = ["RECORD_COLUMNS", "SQLiteSession"]
+
+_log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -124,16 +127,28 @@ class SQLiteSession:
         if deadline is None:
             deadline = time.monotonic() + self.lock_timeout
         pause = 0.001
+        tries = 0
         while True:
             try:
-                return action()
+                result = action()
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc):
                     raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
                 if time.monotonic() >= deadline:
+                    _log.debug("SQLite ledger %r: still locked after %d tries; giving up "
+                               "(lock_timeout %g s)", self.name, tries + 1, self.lock_timeout)
                     raise self._lock_timed_out() from exc
             except sqlite3.Error as exc:
                 raise StorageError(f"SQLite failed on {self.path!r}: {exc}") from exc
+            else:
+                if tries:
+                    _log.debug("SQLite ledger %r: the database was locked; went through "
+                               "after %d retries", self.name, tries)
+                return result
+            tries += 1
+            if tries == 1:
+                _log.debug("SQLite ledger %r: the database is locked by another "
+                           "connection; retrying for up to %g s", self.name, self.lock_timeout)
             left = deadline - time.monotonic()
             time.sleep(max(0.0, min(pause * (0.5 + random.random()), left)))
             pause = min(pause * 2, 0.05)

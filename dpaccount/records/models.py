@@ -1,21 +1,20 @@
-"""Ledger records and ledger metadata, and their closed-world serialised form.
+"""The stored form of records and ledger metadata: pydantic models, a closed world.
 
-A `LedgerRecord` is one accepted charge. In memory it is an attrs value holding
-the charge object itself; on disk it is the pydantic `RecordModel`, a
-discriminated union on ``kind`` with a ``schema_version``. Decoding never imports code
-named by stored data: only the charge kinds listed here can be read back. Exact numbers
-are stored as ``"numerator/denominator"`` strings.
+A record on disk is `RecordModel`, a discriminated union on ``kind`` with a
+``schema_version``; ledger metadata is `MetaModel`. Decoding never imports code named by
+stored data: only the charge kinds listed here can be read back. Exact numbers are stored
+as ``"numerator/denominator"`` strings.
+
+This module (and pydantic with it) is imported only when something is serialised or read
+back (`dpaccount.records` imports it on first use): an in-memory accountant never loads it.
 """
 
 from __future__ import annotations
 
-import json
-import unicodedata
-from datetime import UTC, datetime
+from datetime import UTC
 from fractions import Fraction
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
-import attrs
 import pydantic
 
 from dpaccount.charges import (
@@ -34,137 +33,26 @@ from dpaccount.charges import (
     Subsampled,
     check_nesting,
 )
-from dpaccount.costs import Budget, PrivacyCost
-from dpaccount.errors import ConfigError, InvalidCostError, LedgerCorruptError
-from dpaccount.keys import LedgerKey, link
+from dpaccount.costs import PrivacyCost
+from dpaccount.errors import InvalidCostError, LedgerCorruptError
+from dpaccount.records.values import SCHEMA_VERSION, LedgerRecord, check_ledger_name
+
+if TYPE_CHECKING:
+    from dpaccount.records import LedgerMeta
 
 __all__ = [
-    "MAX_NAME_LENGTH",
-    "SCHEMA_VERSION",
-    "LedgerMeta",
-    "LedgerRecord",
+    "ChargeModel",
+    "CostModel",
+    "MetaModel",
     "RecordModel",
-    "canonical_bytes",
-    "chain_hash",
-    "chain_hash_payload",
-    "check_ledger_name",
     "decode_charge",
     "decode_record",
     "encode_charge",
     "encode_record",
-    "stored_name",
+    "meta_dump",
+    "meta_fields",
+    "meta_json",
 ]
-
-#: The version of the serialised record and metadata format.
-SCHEMA_VERSION: Final = 1
-
-#: The hash that precedes the first record of every ledger.
-GENESIS_HASH = "0" * 64
-
-#: The longest ledger name (characters), shares and blocks included.
-MAX_NAME_LENGTH = 200
-
-
-def check_ledger_name(name: Any, field: str = "name") -> str:
-    """Refuse a ledger name that could not be stored, read back, told apart or shown.
-
-    A name is a ``str`` of 1 to `MAX_NAME_LENGTH` characters, in Unicode NFC form, whose
-    characters are all printable (`str.isprintable`: no control, format, surrogate or
-    separator characters; the ASCII space is allowed). ``/`` separates the parts of a
-    share's or a block's name (``census/team-a``, ``events/2026-11-24``): every part is
-    non-empty, does not start or end with a space, and is not only dots (``.``,
-    ``..``). The same rule holds on every backend and for every way a name comes in;
-    it is checked before anything is opened or created.
-
-    Args:
-        name: The name to check.
-        field: What the name is called in the message (``"name"``, ``"parent"``, ...).
-
-    Returns:
-        The name, unchanged.
-
-    Raises:
-        ConfigError: Saying what is wrong (the name is shown escaped and shortened).
-
-    Examples:
-        >>> check_ledger_name("census/team-a")
-        'census/team-a'
-        >>> check_ledger_name("census/../other")
-        Traceback (most recent call last):
-        ...
-        dpaccount.errors.ConfigError: invalid ledger name 'census/../other': ...
-    """
-    if type(name) is not str:
-        raise ConfigError(f"a ledger {field} must be a str, not {type(name).__name__}")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ConfigError(
-            f"invalid ledger {field} of {len(name)} characters: at most {MAX_NAME_LENGTH}"
-        )
-    reason = _name_defect(name)
-    if reason is not None:
-        shown = ascii(name)
-        shown = shown if len(shown) <= 80 else f"{shown[:60]}...'"
-        raise ConfigError(
-            f"invalid ledger {field} {shown}: {reason}. A ledger name is 1 to "
-            f"{MAX_NAME_LENGTH} printable characters (NFC), parts separated by '/', each "
-            "part non-empty, without leading or trailing spaces, and not only dots"
-        )
-    return name
-
-
-def _name_defect(name: str) -> str | None:
-    if not name:
-        return "it is empty"
-    if not name.isprintable():
-        return ("it holds characters that are not printable (control, format, separator "
-                "or lone surrogate characters)")
-    if not unicodedata.is_normalized("NFC", name):
-        return "it is not in Unicode NFC form (the same text could name two ledgers)"
-    for part in name.split("/"):
-        if not part:
-            return "it has an empty part (a leading, trailing or doubled '/')"
-        if part != part.strip(" "):
-            return "a part starts or ends with a space"
-        if not part.strip("."):
-            return "a part is only dots"
-    return None
-
-
-def stored_name(name: Any) -> str:
-    """A ledger name read back from a store, checked as `check_ledger_name` does.
-
-    Raises:
-        LedgerCorruptError: The stored name breaks the rule (someone wrote it around
-            dpaccount).
-    """
-    try:
-        return check_ledger_name(name)
-    except ConfigError as exc:
-        error = exc
-    raise LedgerCorruptError(f"a stored ledger name is invalid: {error}")
-
-
-@attrs.frozen
-class LedgerRecord:
-    """One accepted charge, as the ledger keeps it.
-
-    Attributes:
-        seq: Position in the ledger, from 0.
-        label: The caller's label (e.g. the guarded function's name), or None.
-        charge: The charge as given (a PrivacyCost or a charge from dpaccount.charges).
-        cost: Its (epsilon, delta) guarantee on its own, by basic composition.
-        rule: The name of the rule that admitted it.
-        timestamp: When it was recorded (UTC).
-        query_id: The caller's idempotency key, or None.
-    """
-
-    seq: int
-    label: str | None
-    charge: Charge
-    cost: PrivacyCost
-    rule: str
-    timestamp: datetime
-    query_id: str | None = None
 
 
 def _frac(value: Fraction) -> str:
@@ -299,8 +187,10 @@ class RecordModel(_Strict):
     query_id: str | None = None
 
 
-class LedgerMeta(_Strict):
-    """What a ledger is: stored once with it and compared on every open.
+
+class MetaModel(_Strict):
+    """Serialised `dpaccount.records.LedgerMeta`: what a ledger is, stored once with it and
+    compared on every open.
 
     Attributes:
         name: The ledger's name (one per dataset).
@@ -346,43 +236,36 @@ class LedgerMeta(_Strict):
                     data.pop(field, None)
         return data
 
-    @property
-    def budget(self) -> Budget:
-        """The budget as a value."""
-        rho = None if self.budget_rho is None else _unfrac(self.budget_rho)
-        if self.budget_epsilon is None and rho is None:
-            return Budget.unlimited(_unfrac(self.budget_delta))
-        eps = {} if self.budget_epsilon is None else {"epsilon": _unfrac(self.budget_epsilon)}
-        return Budget(**eps, delta=_unfrac(self.budget_delta), rho=rho)
 
-    @classmethod
-    def build(
-        cls,
-        name: str,
-        budget: Budget,
-        rule: dict[str, Any],
-        relation: Relation,
-        dataset_size: int | None = None,
-        parent: str | None = None,
-    ) -> LedgerMeta:
-        """Describe a ledger from its values.
+#: The fields of `MetaModel`, in their stored order.
+_META_FIELDS: Final = tuple(MetaModel.model_fields)
 
-        Raises:
-            ConfigError: ``name`` or ``parent`` is not a valid ledger name.
-        """
-        check_ledger_name(name)
-        if parent is not None:
-            check_ledger_name(parent, "parent")
-        return cls(
-            name=name,
-            budget_epsilon=None if budget.epsilon is None else _frac(budget.epsilon),
-            budget_delta=_frac(budget.delta),
-            rule=rule,
-            relation=relation,
-            dataset_size=dataset_size,
-            parent=parent,
-            budget_rho=None if budget.rho is None else _frac(budget.rho),
-        )
+
+def _meta_model(meta: LedgerMeta) -> MetaModel:
+    # built from values that `LedgerMeta` holds (checked where they came in), not
+    # validated again: serialising, like pydantic's own, does not re-check
+    return MetaModel.model_construct(**{f: getattr(meta, f) for f in _META_FIELDS})
+
+
+def meta_json(meta: LedgerMeta) -> str:
+    """The stored JSON of ledger metadata (the bytes that are hashed and compared)."""
+    return _meta_model(meta).model_dump_json()
+
+
+def meta_dump(meta: LedgerMeta) -> dict[str, Any]:
+    """Ledger metadata as JSON-ready values (what `meta_json` writes)."""
+    data: dict[str, Any] = _meta_model(meta).model_dump(mode="json")
+    return data
+
+
+def meta_fields(text: str | bytes) -> dict[str, Any]:
+    """Validate stored metadata JSON; its fields, for `dpaccount.records.LedgerMeta`.
+
+    Raises:
+        pydantic.ValidationError: (a ``ValueError``) The text is not valid metadata.
+    """
+    model = MetaModel.model_validate_json(text)
+    return {f: getattr(model, f) for f in _META_FIELDS}
 
 
 def encode_charge(charge: Charge) -> ChargeModel:
@@ -511,7 +394,7 @@ def _fingerprint(model: pydantic.BaseModel, level: int = 1) -> tuple[Any, ...]:
 
     Examples:
         >>> _fingerprint(CostModel(epsilon="1/2", delta="0/1"))
-        (<class 'dpaccount.records.CostModel'>, 'cost', '1/2', '0/1')
+        (<class 'dpaccount.records.models.CostModel'>, 'cost', '1/2', '0/1')
     """
     if not isinstance(model, SubsampledModel | ParallelModel | RepeatedModel):
         return (type(model), *model.__dict__.values())  # every field a str, int or enum
@@ -575,25 +458,3 @@ def decode_record(data: RecordModel | dict[str, Any] | str | bytes) -> LedgerRec
         timestamp=timestamp,
         query_id=model.query_id,
     )
-
-
-def canonical_bytes(record: LedgerRecord) -> bytes:
-    """A canonical encoding of a record: sorted keys, no spaces, UTF-8."""
-    payload = encode_record(record).model_dump(mode="json")
-    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-
-
-def chain_hash(prev_hash: str, record: LedgerRecord, key: LedgerKey | None = None) -> str:
-    """The link after ``prev_hash`` of the record's canonical encoding: SHA-256, or
-    HMAC-SHA256 under ``key`` for a keyed ledger."""
-    return chain_hash_payload(prev_hash, canonical_bytes(record), key)
-
-
-def chain_hash_payload(prev_hash: str, payload: bytes | str,
-                       key: LedgerKey | None = None) -> str:
-    """`chain_hash()` of a record from its stored canonical encoding (no re-encoding).
-
-    A payload that is not the canonical encoding of its record gets a different hash,
-    so checking stored rows this way detects the same alterations.
-    """
-    return link(prev_hash, payload.encode() if isinstance(payload, str) else payload, key)
