@@ -39,6 +39,7 @@ from dpaccount.charges import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     RandomizedResponseCharge,
     Relation,
     RepeatAndSelect,
@@ -335,6 +336,12 @@ def scenarios() -> list[Scenario]:
         },
     ))
     out.extend(_selection_scenarios())
+    mog = MixtureOfGaussiansCharge(1, [0, 1], ["0.9", "0.1"], epsilon=10)
+    out.append(Scenario(
+        "mixture of Gaussians σ = 1, shifts {0, 1} w.p. {0.9, 0.1}", 1e-6, [(mog, 1)],
+        peers={"dp_accounting PLD": dpa_pld(lambda pl: pl.from_mixture_gaussian_mechanism(
+            1.0, [0.0, 1.0], [0.9, 0.1], value_discretization_interval=INTERVAL), 1e-6)},
+    ))
     return out
 
 

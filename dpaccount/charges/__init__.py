@@ -53,6 +53,7 @@ from dpaccount.charges.leaves import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     RandomizedResponseCharge,
 )
 from dpaccount.charges.relations import SCHEME_RELATION as SCHEME_RELATION  # the engines read it
@@ -73,6 +74,7 @@ __all__ = [  # noqa: RUF022
     "DiscreteGaussianCharge",
     "RandomizedResponseCharge",
     "BoundedRangeCharge",
+    "MixtureOfGaussiansCharge",
     "Subsampled",
     "Parallel",
     "Repeated",

@@ -18,6 +18,7 @@ from dpaccount.charges.combinators import (
     Parallel,
     Subsampled,
 )
+from dpaccount.charges.leaves import MixtureOfGaussiansCharge
 from dpaccount.charges.relations import SCHEME_RELATION, Relation
 from dpaccount.charges.walks import _level_name, _parts, _too_deep
 from dpaccount.costs import PrivacyCost  # noqa: F401 - the doctest of check_relations uses it
@@ -73,7 +74,8 @@ def check_relations(charge: Charge, relation: Relation | str) -> None:
     * `Parallel` under substitution: a changed record either stays in its
       partition (a substitution there) or moves between two (a removal from one and an
       addition to the other), so each part must be DP under *both* relations.
-    * `Repeated`: the same as its inner charge.
+    * `Repeated` and `RepeatAndSelect`: the same as their inner charge.
+    * `MixtureOfGaussiansCharge`: stated for add/remove neighbours only.
     * A plain cost or mechanism charge states no relation of its own: it is the
       caller's claim, for whatever relation its level needs.
 
@@ -96,7 +98,8 @@ def check_relations(charge: Charge, relation: Relation | str) -> None:
     """
     rel = relation if type(relation) is Relation else Relation(relation)
     kind = type(charge)
-    if kind in _LEAF_TYPES:  # states no relation of its own: nothing to check
+    if kind in _LEAF_TYPES and kind is not MixtureOfGaussiansCharge:
+        # states no relation of its own: nothing to check
         return
     if (
         isinstance(charge, Subsampled)
@@ -130,6 +133,8 @@ def _check_levels(charge: Charge, needed: frozenset[Relation]) -> None:
         elif isinstance(node, Parallel):
             own = node.relation
             below = frozenset(Relation) if own is Relation.SUBSTITUTION else frozenset({own})
+        elif isinstance(node, MixtureOfGaussiansCharge):
+            own = Relation.ADD_REMOVE  # its theorem's neighbours (it holds no parts)
         if own is not None and needed != {own}:
             raise UnsupportedChargeError(
                 f"level {level} of this charge, {_level_name(node)}, is proven for "

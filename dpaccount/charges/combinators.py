@@ -32,6 +32,7 @@ from dpaccount.charges.leaves import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     RandomizedResponseCharge,
     _cached,
     _key,
@@ -402,6 +403,7 @@ Atom: TypeAlias = (
     | DiscreteGaussianCharge
     | RandomizedResponseCharge
     | BoundedRangeCharge
+    | MixtureOfGaussiansCharge
     | Subsampled
     | Parallel
     | RepeatAndSelect
@@ -419,6 +421,7 @@ CHARGE_TYPES = (
     DiscreteGaussianCharge,
     RandomizedResponseCharge,
     BoundedRangeCharge,
+    MixtureOfGaussiansCharge,
     Subsampled,
     Parallel,
     RepeatAndSelect,

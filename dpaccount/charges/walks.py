@@ -30,6 +30,7 @@ from dpaccount.charges.leaves import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     RandomizedResponseCharge,
 )
 from dpaccount.charges.relations import Relation
@@ -79,6 +80,8 @@ def _parts(node: Any) -> tuple[Any, ...]:
 def relation_of(charge: Charge) -> Relation | None:
     """The neighbouring relation a charge is tied to, or None if it is stated for any."""
     for atom, _count in atoms(charge):
+        if isinstance(atom, MixtureOfGaussiansCharge):
+            return Relation.ADD_REMOVE
         if isinstance(atom, (Subsampled, Parallel)):
             return atom.relation
         if isinstance(atom, RepeatAndSelect):
@@ -120,6 +123,9 @@ def describe(charge: Charge) -> str:
         return f"{charge.categories}-ary randomized response(ε={f(charge.epsilon)})"
     if isinstance(charge, BoundedRangeCharge):
         return f"bounded range(ε={f(charge.epsilon)})"
+    if isinstance(charge, MixtureOfGaussiansCharge):
+        return (f"mixture of {len(charge.sensitivities)} Gaussians(sigma="
+                f"{f(charge.sigma)}, max sens={f(max(charge.sensitivities))})")
     if isinstance(charge, Subsampled):
         return f"{charge.scheme.value}(q={f(charge.rate)}) of {describe(charge.charge)}"
     if isinstance(charge, Parallel):

@@ -290,3 +290,15 @@ def test_a_sql_ledger_refuses_it_unchanged(tmp_path: object) -> None:
     assert len(acct.records) == 0
     acct.charge(PrivacyCost(1))
     assert acct.spent == PrivacyCost(1)
+
+
+def test_the_pld_engine_takes_a_very_large_pure_cost() -> None:
+    """The (epsilon, delta) randomized response pair of a cost of epsilon = 800 (a
+    selection's truncated cost can be that large) no longer overflows e^epsilon; its
+    epsilon at delta is exactly 800 + ln(1 - delta) (the pair's profile is
+    1 - e^{eps - 800} between 0 and 800)."""
+    from dpaccount.accounting.pld import compose_plan
+
+    _low, high = compose_plan([PrivacyCost(800)], lower=False).epsilon(1e-6)
+    assert float(high) == pytest.approx(800 + math.log1p(-1e-6), abs=1e-3)
+    assert float(high) >= 800 + math.log1p(-1e-6) - 1e-9

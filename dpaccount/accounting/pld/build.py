@@ -35,6 +35,7 @@ from dpaccount.accounting.pld.lattice import (
     DiscreteGaussianPair,
     DiscreteLaplacePair,
 )
+from dpaccount.accounting.pld.mixture import MixtureGaussianPair
 from dpaccount.accounting.pld.pairs import (
     BoundedRangePair,
     GaussianPair,
@@ -56,6 +57,7 @@ from dpaccount.charges import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     Parallel,
     RandomizedResponseCharge,
     Relation,
@@ -390,6 +392,8 @@ def from_charge(
         # independent of it, so the privacy loss is that part's: its pair dominates
         # (McSherry 2009, Thm 4, in the privacy-loss form; a group-by's parts)
         return from_charge(charge.partitions[0], relation=rel, **options)
+    if isinstance(charge, MixtureOfGaussiansCharge):
+        return _mixture(charge, rel, **options)
     if isinstance(charge, GaussianCharge):
         return gaussian(charge.sigma, charge.sensitivity, **options)
     if isinstance(charge, LaplaceCharge):
@@ -415,3 +419,24 @@ def _one_part(parts: tuple[Any, ...]) -> bool:
     tree of shared parts part by part takes time exponential in its depth)."""
     first = parts[0]
     return all(part is first or part == first for part in parts)
+
+
+def _mixture(
+    charge: MixtureOfGaussiansCharge, rel: Relation, *,
+    value_discretization_interval: Any, tail_mass: Any, lower: bool,
+) -> Built:
+    """The remove and add pairs of a mixture of Gaussians (`MixtureGaussianPair`), each
+    composed on its own; add/remove neighbours only. Shifts are rounded up, the
+    probabilities taken as floats (their sum stays 1 to within a few ulps)."""
+    if rel is not Relation.ADD_REMOVE:
+        raise UnsupportedChargeError(
+            "a MixtureOfGaussiansCharge is proven for add_remove neighbours, not "
+            f"{rel.value} (Choquette-Choo, Ganesh, Steinke and Thakurta 2023)"
+        )
+    interval = _check_interval(value_discretization_interval)
+    tail = _check_tail(tail_mass)
+    shifts = [float_up(c / charge.sigma) for c in charge.sensitivities]
+    probs = [float(p) for p in charge.probabilities]
+    return _from_pairs(MixtureGaussianPair(shifts, probs, remove=True),
+                       MixtureGaussianPair(shifts, probs, remove=False),
+                       interval, tail, lower)

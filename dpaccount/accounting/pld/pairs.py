@@ -135,7 +135,7 @@ class RandomizedResponsePair:
         self.epsilon = epsilon
         self.infinity_mass = delta
         self._high = (1 - delta) / (1 + math.exp(-epsilon))
-        self._low = (1 - delta) / (1 + math.exp(epsilon))
+        self._low = (1 - delta) * math.exp(-epsilon) / (1 + math.exp(-epsilon))  # no overflow
 
     def profile(self, eps: Array) -> Array:
         e = self.epsilon

@@ -42,6 +42,7 @@ from dpaccount.charges import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     Parallel,
     RandomizedResponseCharge,
     Relation,
@@ -180,6 +181,11 @@ def charge_rdp(atom: Atom, alpha: float, *, relation: Relation = Relation.ADD_RE
         return _parallel_rdp(atom, a)
     if isinstance(atom, RepeatAndSelect):
         return _selection_rdp(atom, a, relation)
+    if isinstance(atom, MixtureOfGaussiansCharge):
+        raise UnsupportedChargeError(
+            f"{shown(atom)}: the Renyi engine has no bound for a mixture of Gaussians; "
+            "use rule='pld'"
+        )
     if isinstance(atom, GaussianCharge):
         return gaussian_rdp(atom.sigma, atom.sensitivity, a)
     if isinstance(atom, LaplaceCharge):
