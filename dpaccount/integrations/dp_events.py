@@ -27,9 +27,15 @@ What each event becomes (dp_accounting 0.4 and later):
 * ``SelfComposedDpEvent(e, k)``: ``Repeated(e, k)``.
 * ``ComposedDpEvent([e1, ...])``: one charge per part (`charges_from_dp_event`);
   ``Repeated`` when the parts are equal.
+* ``RepeatAndSelectDpEvent(e, mean, shape)``: ``RepeatAndSelect(e, mean, "poisson")``
+  for shape = inf, else ``RepeatAndSelect(e, mean, "truncated_negative_binomial",
+  shape, delta=selection_delta)``.
+* ``MixtureOfGaussiansDpEvent(s, c, p)``: ``MixtureOfGaussiansCharge(s, c, p,
+  epsilon=gaussian_epsilon)``, the probabilities taken at their shortest decimal form
+  (``repr``: their binary values need not sum to exactly 1), refused unless those sum
+  to 1.
 * ``NonPrivateDpEvent``, ``UnsupportedDpEvent``: refused (no finite guarantee).
-* ``MixtureOfGaussiansDpEvent``, ``SampledWithReplacementDpEvent``,
-  ``RepeatAndSelectDpEvent``, ``TruncatedSubsampledGaussianDpEvent``,
+* ``SampledWithReplacementDpEvent``, ``TruncatedSubsampledGaussianDpEvent``,
   ``SingleEpochTreeAggregationDpEvent``, ``ZCDpEvent``: refused by name (no dpaccount
   charge describes them yet).
 
@@ -58,7 +64,9 @@ from dpaccount.charges import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     RandomizedResponseCharge,
+    RepeatAndSelect,
     Repeated,
     Scheme,
     Subsampled,
@@ -75,16 +83,15 @@ __all__ = ["charges_from_dp_event", "from_dp_event", "to_dp_event"]
 
 #: Events dp_accounting composes that no dpaccount charge describes yet (refused by name).
 _NOT_YET = (
-    "MixtureOfGaussiansDpEvent",
     "SampledWithReplacementDpEvent",
-    "RepeatAndSelectDpEvent",
     "TruncatedSubsampledGaussianDpEvent",
     "SingleEpochTreeAggregationDpEvent",
     "ZCDpEvent",
 )
 
 
-def charges_from_dp_event(event: Any, *, gaussian_epsilon: Any = 1) -> list[Charge]:
+def charges_from_dp_event(event: Any, *, gaussian_epsilon: Any = 1,
+                          selection_delta: Any = 0) -> list[Charge]:
     """The dpaccount charges of a ``DpEvent`` tree, one per part of its composition.
 
     A ``ComposedDpEvent`` at the top (nested compositions flattened) gives one charge
@@ -96,6 +103,10 @@ def charges_from_dp_event(event: Any, *, gaussian_epsilon: Any = 1) -> list[Char
         gaussian_epsilon: The point of each Gaussian's privacy profile at which its
             (ε, δ(ε)) cost is reported to rules that add (ε, δ) pairs (basic, advanced,
             filters); the tight rules (pld, rdp, gdp, zcdp) use σ and ignore it.
+        selection_delta: The δ at which a repeat-and-select's (ε, δ) cost is stated
+            where no pure bound holds (`RepeatAndSelect`'s ``delta``); the RDP engine
+            ignores it. 0 (the default) suffices for a pure run with a truncated
+            negative binomial count; otherwise such an event needs it.
 
     Raises:
         UnsupportedChargeError: A part dpaccount cannot express, named.
@@ -112,12 +123,15 @@ def charges_from_dp_event(event: Any, *, gaussian_epsilon: Any = 1) -> list[Char
     if isinstance(event, _events.ComposedDpEvent):
         parts: list[Charge] = []
         for part in event.events:
-            parts += charges_from_dp_event(part, gaussian_epsilon=gaussian_epsilon)
+            parts += charges_from_dp_event(part, gaussian_epsilon=gaussian_epsilon,
+                                           selection_delta=selection_delta)
         return parts
-    return [from_dp_event(event, gaussian_epsilon=gaussian_epsilon)]
+    return [from_dp_event(event, gaussian_epsilon=gaussian_epsilon,
+                          selection_delta=selection_delta)]
 
 
-def from_dp_event(event: Any, *, gaussian_epsilon: Any = 1) -> Charge:
+def from_dp_event(event: Any, *, gaussian_epsilon: Any = 1, selection_delta: Any = 0
+                  ) -> Charge:
     """One dpaccount charge that describes a ``DpEvent`` tree exactly or conservatively.
 
     See the module's table for each event. A ``ComposedDpEvent`` becomes one charge only
@@ -136,10 +150,10 @@ def from_dp_event(event: Any, *, gaussian_epsilon: Any = 1) -> Charge:
         >>> c.count, c.charge.rate, c.charge.scheme.value, c.charge.charge.scale
         (10, Fraction(1, 2), 'poisson', Fraction(4, 1))
     """
-    return _from(event, gaussian_epsilon, "event")
+    return _from(event, gaussian_epsilon, "event", selection_delta)
 
 
-def _from(event: Any, eps: Any, where: str) -> Charge:
+def _from(event: Any, eps: Any, where: str, selection_delta: Any) -> Charge:
     kind = type(event).__name__
     if not isinstance(event, _events.DpEvent):
         raise UnsupportedChargeError(
@@ -166,9 +180,22 @@ def _from(event: Any, eps: Any, where: str) -> Charge:
             event.sensitivity, f"{where}.sensitivity", 1))
     if isinstance(event, _events.RandomizedResponseDpEvent):
         return _randomized_response(event, where)
+    if isinstance(event, _events.MixtureOfGaussiansDpEvent):
+        sigma = _noise(event.standard_deviation, f"{where}.standard_deviation", kind)
+        sensitivities = [_number(c, f"{where}.sensitivities") for c in event.sensitivities]
+        probabilities = [_decimal(q, f"{where}.sampling_probs") for q in event.sampling_probs]
+        return MixtureOfGaussiansCharge(sigma, sensitivities, probabilities, eps)
+    if isinstance(event, _events.RepeatAndSelectDpEvent):
+        inner = _from(event.event, eps, f"{where}.event", selection_delta)
+        mean = _number(event.mean, f"{where}.mean")
+        if isinstance(event.shape, float) and event.shape == math.inf:
+            return RepeatAndSelect(inner, mean, "poisson", delta=selection_delta)
+        shape = _number(event.shape, f"{where}.shape")
+        return RepeatAndSelect(inner, mean, "truncated_negative_binomial", shape,
+                               delta=selection_delta)
     if isinstance(event, _events.PoissonSampledDpEvent):
         q = _probability(event.sampling_probability, f"{where}.sampling_probability")
-        inner = _from(event.event, eps, f"{where}.event")
+        inner = _from(event.event, eps, f"{where}.event", selection_delta)
         return PrivacyCost(0) if q == 0 else Subsampled(inner, q, Scheme.POISSON)
     if isinstance(event, _events.SampledWithoutReplacementDpEvent):
         n = _count(event.source_dataset_size, f"{where}.source_dataset_size", 1)
@@ -176,15 +203,15 @@ def _from(event: Any, eps: Any, where: str) -> Charge:
         if m > n:
             raise InvalidCostError(f"{where}.sample_size", m,
                                    "must be at most the source_dataset_size")
-        inner = _from(event.event, eps, f"{where}.event")
+        inner = _from(event.event, eps, f"{where}.event", selection_delta)
         return PrivacyCost(0) if m == 0 else Subsampled(
             inner, Fraction(m, n), Scheme.WITHOUT_REPLACEMENT)
     if isinstance(event, _events.SelfComposedDpEvent):
         count = _count(event.count, f"{where}.count", 0)
-        inner = _from(event.event, eps, f"{where}.event")
+        inner = _from(event.event, eps, f"{where}.event", selection_delta)
         return PrivacyCost(0) if count == 0 else Repeated(inner, count)
     if isinstance(event, _events.ComposedDpEvent):
-        parts = [_from(part, eps, f"{where}.events[{i}]")
+        parts = [_from(part, eps, f"{where}.events[{i}]", selection_delta)
                  for i, part in enumerate(event.events)]
         if not parts:
             return PrivacyCost(0)
@@ -240,6 +267,21 @@ def _number(value: Any, field: str) -> Fraction:
     return Fraction(value)
 
 
+def _decimal(value: Any, field: str) -> Fraction:
+    """A probability given as a float, at its shortest decimal form (``repr``)."""
+    exact = _number(value, field)
+    return Fraction(repr(value)) if isinstance(value, float) else exact
+
+
+def _exact_float(value: Fraction, kind: str) -> float:
+    written = float(value)
+    if Fraction(written) != value:
+        raise UnsupportedChargeError(
+            f"a {kind} whose parameters are not floats exactly has no DpEvent that is "
+            "never more private than it; refused rather than rounded")
+    return written
+
+
 def _count(value: Any, field: str, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         shown = value if isinstance(value, int) else type(value).__name__
@@ -258,7 +300,8 @@ def to_dp_event(charge: Charge) -> Any:
     Raises:
         UnsupportedChargeError: A charge with no ``DpEvent`` (an (ε, δ) cost other than
             zero, a ``Parallel``, a bounded-range or discrete Gaussian charge, a
-            multidimensional discrete Laplace), named.
+            multidimensional discrete Laplace, a mixture of Gaussians or a
+            repeat-and-select shape that is not a float exactly), named.
 
     Examples:
         >>> to_dp_event(Repeated(GaussianCharge(sigma=2, sensitivity=1, epsilon=1), 3))
@@ -295,4 +338,16 @@ def to_dp_event(charge: Charge) -> Any:
             charge.rate.denominator, charge.rate.numerator, inner)
     if isinstance(charge, Repeated):
         return _events.SelfComposedDpEvent(to_dp_event(charge.charge), charge.count)
+    if isinstance(charge, MixtureOfGaussiansCharge):
+        # which way a rounded mixing probability moves the loss depends on the others:
+        # written out only when every number is a float exactly
+        return _events.MixtureOfGaussiansDpEvent(
+            _exact_float(charge.sigma, kind), [_exact_float(c, kind) for c in charge.sensitivities],
+            [_exact_float(q, kind) for q in charge.probabilities])
+    if isinstance(charge, RepeatAndSelect):
+        inner = to_dp_event(charge.charge)
+        mean = float_up(charge.mean)  # more runs on average: more loss
+        if charge.shape is None:
+            return _events.RepeatAndSelectDpEvent(inner, mean, math.inf)
+        return _events.RepeatAndSelectDpEvent(inner, mean, _exact_float(charge.shape, kind))
     raise UnsupportedChargeError(f"a {kind} has no dp_accounting DpEvent")

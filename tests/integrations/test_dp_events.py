@@ -32,9 +32,11 @@ from dpaccount.charges import (
     DiscreteLaplaceCharge,
     GaussianCharge,
     LaplaceCharge,
+    MixtureOfGaussiansCharge,
     Parallel,
     RandomizedResponseCharge,
     Relation,
+    RepeatAndSelect,
     Repeated,
     Scheme,
     Subsampled,
@@ -90,9 +92,7 @@ def test_a_composition_of_different_parts_is_one_charge_per_part() -> None:
 
 @pytest.mark.parametrize("event", [
     ev.NonPrivateDpEvent(), ev.UnsupportedDpEvent(),
-    ev.MixtureOfGaussiansDpEvent(1.0, [0.0, 1.0], [0.9, 0.1]),
     ev.SampledWithReplacementDpEvent(100, 10, ev.GaussianDpEvent(1.0)),
-    ev.RepeatAndSelectDpEvent(ev.GaussianDpEvent(3.0), 10.0, 1.0),
     ev.TruncatedSubsampledGaussianDpEvent(1000, 0.01, 20, 1.0),
     ev.SingleEpochTreeAggregationDpEvent(1.0, 8),
     ev.ZCDpEvent(0.5, 0.0),
@@ -250,3 +250,37 @@ def test_charges_without_an_event_are_refused_by_name(charge: object) -> None:
     with pytest.raises(UnsupportedChargeError, match=type(charge).__name__.replace(
             "PrivacyCost", "PrivacyCost other than zero")):
         to_dp_event(charge)  # type: ignore[arg-type]
+
+
+def test_repeat_and_select_and_mixtures_become_their_charges() -> None:
+    gaussian = GaussianCharge(3, 1, 3)  # each run reported at epsilon 3: its delta is tiny
+    poisson = from_dp_event(ev.RepeatAndSelectDpEvent(ev.GaussianDpEvent(3.0), 10.0,
+                                                      math.inf),
+                            gaussian_epsilon=3, selection_delta="1e-6")
+    assert poisson == RepeatAndSelect(gaussian, 10, "poisson", delta="1e-6")
+    geometric = from_dp_event(ev.RepeatAndSelectDpEvent(ev.LaplaceDpEvent(2.0), 10.0, 1.0))
+    assert geometric == RepeatAndSelect(LaplaceCharge(2, 1), 10,
+                                        "truncated_negative_binomial", 1)
+    assert geometric.cost == PrivacyCost("1.5")  # (2 + eta) epsilon for a pure run
+    for charge in (poisson, geometric):
+        assert from_dp_event(to_dp_event(charge), gaussian_epsilon=3,
+                             selection_delta=charge.delta) == charge
+    # the probabilities at their decimal form: 0.9 + 0.1 is exactly 1 there
+    mixture = from_dp_event(ev.MixtureOfGaussiansDpEvent(1.0, [0.0, 1.0], [0.9, 0.1]))
+    assert mixture == MixtureOfGaussiansCharge(1, [0, 1], ["0.9", "0.1"], 1)
+    with pytest.raises(UnsupportedChargeError, match="not floats exactly"):
+        to_dp_event(mixture)  # 0.9 is no float exactly: refused rather than rounded
+    halves = MixtureOfGaussiansCharge(1, [0, 1], ["0.5", "0.5"], 1)
+    assert from_dp_event(to_dp_event(halves)) == halves
+
+
+def test_a_mixture_of_gaussians_has_dp_accountings_pld_epsilon() -> None:
+    # issue 31: dp_accounting's PLD gives 2.182 for sigma 1, shifts {0, 1} w.p. {0.9, 0.1}
+    event = ev.MixtureOfGaussiansDpEvent(1.0, [0.0, 1.0], [0.9, 0.1])
+    theirs = pld_privacy_accountant.PLDAccountant(
+        NeighborRel.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-4
+    ).compose(event).get_epsilon(1e-6)
+    low, high = compose_plan([from_dp_event(event)],
+                             value_discretization_interval=1e-4).epsilon(1e-6)
+    assert float(low) <= float(high)
+    assert abs(float(high) / theirs - 1) < 0.01, (float(high), theirs)
