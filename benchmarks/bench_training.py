@@ -221,7 +221,7 @@ def bench_charge(repeats: int) -> None:
 # -- Opacus ----------------------------------------------------------------------------
 
 
-def bench_opacus(steps: int, rounds: int) -> None:
+def bench_opacus(steps: int, rounds: int, device: str = "cpu", batch: int = 64) -> None:
     _quiet()
     import torch
     from opacus import PrivacyEngine
@@ -232,10 +232,10 @@ def bench_opacus(steps: int, rounds: int) -> None:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    batch = 64
+    dev = torch.device(device)
     n = batch * 32  # q = 1/32
-    x = torch.randn(n, 3, 32, 32)
-    y = torch.randint(0, 10, (n,))
+    x = torch.randn(n, 3, 32, 32, device=dev)
+    y = torch.randint(0, 10, (n,), device=dev)
 
     def model() -> Any:
         return torch.nn.Sequential(
@@ -244,7 +244,7 @@ def bench_opacus(steps: int, rounds: int) -> None:
             torch.nn.Flatten(), torch.nn.Linear(16 * 8 * 8, 10))
 
     def make(guarded: bool, prepay: bool = False) -> tuple[Any, Any, Any, Any]:
-        module = model()
+        module = model().to(dev)
         opt = torch.optim.SGD(module.parameters(), lr=0.05)
         loader = DataLoader(TensorDataset(x, y), batch_size=batch)
         if guarded:
@@ -268,6 +268,8 @@ def bench_opacus(steps: int, rounds: int) -> None:
                 opt.step()
                 done += 1
                 if done == count:
+                    if dev.type == "cuda":
+                        torch.cuda.synchronize()
                     return
 
     plain, guarded, ahead = make(False), make(True), make(True, prepay=True)
@@ -285,7 +287,7 @@ def bench_opacus(steps: int, rounds: int) -> None:
             times[name].append(t / steps)
     p, g, a = (statistics.median(times[k]) for k in ("plain", "guarded", "prepay"))
     pw, gw, aw = (statistics.median(walls[k]) for k in ("plain", "guarded", "prepay"))
-    print(f"== Opacus CNN 32x32x3, batch {batch}, 1 thread, per step (median of "
+    print(f"== Opacus CNN 32x32x3 on {device}, batch {batch}, 1 thread, per step (median of "
           f"{rounds} alternated rounds of {steps} steps) ==")
     print(f"CPU:  plain (PRV accountant) {p * 1e3:8.2f} ms   guarded (sqlite ledger) "
           f"{g * 1e3:8.2f} ms (ratio {g / p:.3f})   guarded, prepay {a * 1e3:8.2f} ms "
@@ -352,20 +354,29 @@ def bench_jax(rounds: int, total: int = 2048, chunk: int = 64) -> None:
     plain()  # compile
     guarded(False)
     p_t, g_t, f_t = [], [], []
+    p_w, g_w, f_w = [], [], []
+
+    def timed(fn: Any, cpus: list[float], walls: list[float]) -> None:
+        wall = time.perf_counter()
+        _, t = cpu(fn)
+        walls.append(time.perf_counter() - wall)
+        cpus.append(t)
+
     for _ in range(rounds):
-        _, t = cpu(plain)
-        p_t.append(t)
+        timed(plain, p_t, p_w)
         plan_dpsgd_steps(noise_multiplier=SIGMA, sampling_rate=Q, budget=budget)  # cached
-        _, t = cpu(lambda: guarded(False))
-        g_t.append(t)
-        _, t = cpu(lambda: guarded(True))
-        f_t.append(t)
+        timed(lambda: guarded(False), g_t, g_w)
+        timed(lambda: guarded(True), f_t, f_w)
     p, g, f = (statistics.median(v) for v in (p_t, g_t, f_t))
+    pw, gw, fw = (statistics.median(v) for v in (p_w, g_w, f_w))
     print(f"== JAX: {total} DP-SGD steps, lax.scan chunks of {chunk}, CPU time (median of "
           f"{rounds} alternated rounds) ==")
     print(f"plain {p * 1e3:8.1f} ms   scan_steps, plan cached {g * 1e3:8.1f} ms "
           f"(ratio {g / p:.2f})   scan_steps, fresh plan (eps=12) {f * 1e3:8.1f} ms "
           f"(ratio {f / p:.2f})")
+    print(f"wall on {jax.default_backend()}: plain {pw * 1e3:8.1f} ms   plan cached "
+          f"{gw * 1e3:8.1f} ms (ratio {gw / pw:.2f})   fresh plan {fw * 1e3:8.1f} ms "
+          f"(ratio {fw / pw:.2f})")
 
 
 def main() -> None:
@@ -374,6 +385,8 @@ def main() -> None:
                         choices=["all", "plan", "certified", "charge", "opacus", "jax"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=20, help="Opacus steps per round")
+    parser.add_argument("--device", default="cpu", help="torch device for Opacus (cuda)")
+    parser.add_argument("--batch", type=int, default=64, help="Opacus batch size")
     parser.add_argument("--skip-old-above", type=float, default=math_inf(),
                         help="skip the old plan search above this budget (it is slow)")
     args = parser.parse_args()
@@ -384,7 +397,7 @@ def main() -> None:
     if args.section in ("all", "charge"):
         bench_charge(200)
     if args.section in ("all", "opacus"):
-        bench_opacus(args.steps, args.rounds)
+        bench_opacus(args.steps, args.rounds, args.device, args.batch)
     if args.section in ("all", "jax"):
         bench_jax(args.rounds)
 
