@@ -16,7 +16,7 @@ from fractions import Fraction
 from typing import Any, Final, TextIO
 
 from dpaccount.charges import describe
-from dpaccount.costs import PrivacyCost, format_bound, format_number
+from dpaccount.costs import Budget, PrivacyCost, format_bound, format_number
 from dpaccount.records import LedgerMeta, LedgerRecord, encode_record
 from dpaccount.spend import DIRECT, ShareNode
 
@@ -79,8 +79,13 @@ def table(rows: Sequence[Sequence[str]], out: TextIO) -> None:
             print("  ".join("-" * w for w in widths), file=out)
 
 
-def remaining(meta: LedgerMeta, spent: PrivacyCost) -> str:
-    """What the ledger may still spend, rounded down."""
+def remaining(meta: LedgerMeta, spent: PrivacyCost, left: Budget | None = None) -> str:
+    """What the ledger may still spend, rounded down: the budget less what was spent, or,
+    for a budget with a ρ, what the rule says one more query may cost (``left``)."""
+    if left is not None:
+        eps = "inf" if left.epsilon is None else down(left.epsilon)
+        rho = "" if left.rho is None else f", rho {down(left.rho)}"
+        return f"epsilon {eps}, delta {down(left.delta)}{rho}"
     budget = meta.budget
     eps = "inf" if budget.epsilon is None else down(budget.epsilon - spent.epsilon)
     return f"epsilon {eps}, delta {down(budget.delta - spent.delta)}"
@@ -112,7 +117,8 @@ def list_rows(roots: Sequence[ShareNode], records: Mapping[str, Sequence[LedgerR
     def walk(node: ShareNode, lead: str, branch: str) -> None:
         rows.append((branch + printable(node.name), str(node.records),
                      node.rule.split(" ")[0], str(node.meta.budget), str(node.spent),
-                     _used(node), remaining(node.meta, node.spent), last(node.name)))
+                     _used(node), remaining(node.meta, node.spent, node.left),
+                     last(node.name)))
         for i, child in enumerate(node.children):
             end = i == len(node.children) - 1
             walk(child, lead + ("   " if end else "│  "), lead + ("└─ " if end else "├─ "))

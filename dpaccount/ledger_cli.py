@@ -348,7 +348,8 @@ def _show(args: argparse.Namespace) -> int:
     if len(shown) != len(records):
         print(f"shown: {len(shown)} of {len(records)} records", file=out)
     print(f"records: {len(records)}   spent: {spend.spent} under {spend.rule}", file=out)
-    print(f"remaining (shown rounded down): {remaining(meta, spend.spent)}", file=out)
+    print(f"remaining (shown rounded down): {remaining(meta, spend.spent, spend.left)}",
+          file=out)
     tree = share_tree({n: (f.meta, f.records) for n, f in family.items()})
     print_shares(next((r for r in tree if r.name == args.name), None),
                  {n: f.records for n, f in family.items()}, out)

@@ -31,7 +31,7 @@ import attrs
 from dpaccount.composition import rule_from_description
 from dpaccount.composition.base import Rule, count_distinct
 from dpaccount.composition.basic import BasicRule
-from dpaccount.costs import PrivacyCost
+from dpaccount.costs import Budget, PrivacyCost
 from dpaccount.errors import ConfigError, DPAccountError
 from dpaccount.records import LedgerMeta, LedgerRecord
 
@@ -124,11 +124,15 @@ class Spend:
             rule could not be rebuilt and the plain sum was used).
         groups: The groups in stacking order (the largest first; `OTHER` last).
         points: Sampled points, the last record always included.
+        left: For a budget with a ρ (zCDP): what one more query may still cost, as the
+            rule answers it (`Accountant.remaining`: ε, and ρ left); None otherwise
+            (what is left is then the budget less `spent`).
     """
 
     rule: str
     groups: tuple[str, ...]
     points: tuple[SpendPoint, ...]
+    left: Budget | None = None
 
     @property
     def spent(self) -> PrivacyCost:
@@ -188,7 +192,13 @@ def spend_over_time(meta: LedgerMeta, records: Sequence[LedgerRecord], *, by: st
                                   tuple((e, d) for e, d in parts)))
         if progress is not None:
             progress(start + len(segment), len(records))
-    return Spend(name, groups, tuple(sampled))
+    left = None
+    if meta.budget.rho is not None:
+        try:
+            left = rule.remaining(state, meta.budget, 1)
+        except DPAccountError:  # nothing more fits
+            left = Budget(0, 0, rho=0)
+    return Spend(name, groups, tuple(sampled), left)
 
 
 def _counted(keys: Sequence[_K], records: Sequence[LedgerRecord]
@@ -444,6 +454,7 @@ class ShareNode:
         spent: Its spend under its own rule.
         rule: The rule it was composed under (see `Spend.rule`).
         children: Its shares, by name.
+        left: What one more query may cost where the budget has a ρ (`Spend.left`).
     """
 
     name: str
@@ -452,6 +463,7 @@ class ShareNode:
     spent: PrivacyCost
     rule: str
     children: tuple[ShareNode, ...]
+    left: Budget | None = None
 
     def walk(self, depth: int = 0) -> list[tuple[int, ShareNode]]:
         """This node and every share below it, depth first, with their depth."""
@@ -475,6 +487,7 @@ def share_tree(ledgers: Mapping[str, tuple[LedgerMeta, Sequence[LedgerRecord]]]
         spend = spend_over_time(meta, records, points=1)
         below = tuple(node(child, seen | {child}) for child in sorted(children.get(name, ()))
                       if child not in seen)
-        return ShareNode(name, meta, len(records), spend.spent, spend.rule, below)
+        return ShareNode(name, meta, len(records), spend.spent, spend.rule, below,
+                         spend.left)
 
     return [node(name, frozenset({name})) for name in sorted(children.get(None, ()))]

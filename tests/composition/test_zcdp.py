@@ -233,3 +233,27 @@ def test_the_state_survives_a_snapshot_exactly() -> None:
     text = encode_state(state)
     assert text is not None and '"kind":"zcdp"' in text
     assert decode_state(text) == state
+
+
+def test_the_command_line_shows_the_rho_left_of_a_rho_budget(tmp_path: Any) -> None:
+    # ledger list and show print what is left as the rule reads it (as acct.remaining):
+    # the rho left, budget less the charges' rho (Bun and Steinke 2016, Prop. 1.6 for a
+    # Gaussian of sigma and sensitivity 1: 1 / (2 sigma^2)), not "epsilon inf"
+    import io
+
+    from dpaccount import open_ledger
+    from dpaccount.ledger_cli import ledger_main
+
+    url = f"sqlite:///{tmp_path}/rho.db"
+    with open_ledger(url, name="z", budget=Budget(rho="0.5", delta="1e-6"),
+                     rule="zcdp") as acct:
+        acct.charge(GaussianCharge(sigma=2, sensitivity=1, epsilon=1))
+        left = acct.remaining
+    assert left.rho is not None and left.rho <= Fraction(1, 2) - Fraction(1, 8)
+    assert left.rho > Fraction(1, 2) - Fraction(1, 8) - Fraction(1, 10**6)
+    for command in (["list", url], ["show", url, "--name", "z"]):
+        out = io.StringIO()
+        assert ledger_main(["ledger", *command], out=out) == 0
+        text = out.getvalue()
+        assert "epsilon inf" not in text
+        assert f"rho {float(left.rho):.6g}"[:10] in text, text
