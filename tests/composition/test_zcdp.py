@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import mpmath as mp
 import pytest
@@ -235,13 +236,12 @@ def test_the_state_survives_a_snapshot_exactly() -> None:
     assert decode_state(text) == state
 
 
-def test_the_command_line_shows_the_rho_left_of_a_rho_budget(tmp_path: Any) -> None:
+def test_the_command_line_shows_the_rho_left_of_a_rho_budget(tmp_path: Path) -> None:
     # ledger list and show print what is left as the rule reads it (as acct.remaining):
     # the rho left, budget less the charges' rho (Bun and Steinke 2016, Prop. 1.6 for a
     # Gaussian of sigma and sensitivity 1: 1 / (2 sigma^2)), not "epsilon inf"
     import io
 
-    from dpaccount import open_ledger
     from dpaccount.ledger_cli import ledger_main
 
     url = f"sqlite:///{tmp_path}/rho.db"
