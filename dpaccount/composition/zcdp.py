@@ -90,10 +90,13 @@ THEOREM_ZCDP = (
     "Prop. 12"
 )
 
-#: The orders of the conversion: alpha - 1 = 2^(j/32) for j in [-320, 640] (alpha from
+#: The orders of the conversion: alpha - 1 = 2^(j/64) for j in [-640, 1280] (alpha from
 #: about 1.001 to 10^6 + 1). Any order gives a valid bound; a fixed grid makes the
 #: converted epsilon non-decreasing in rho, so a budget's limit on rho is found once.
-_ORDERS = 1.0 + np.exp2(np.arange(-320, 641) / 32.0)
+#: (Steps of 2^(1/32) left the minimum 0.1001 % above the exact optimum at epsilon about
+#: 6e-4; with 2^(1/64) the worst seen is 0.06 % there and 0.02 % over 1,500 random rho
+#: in [1e-6, 200] and delta in [1e-100, 1e-2].)
+_ORDERS = 1.0 + np.exp2(np.arange(-640, 1281) / 64.0)
 #: Relative margin on every computed term (covers float error of a few ulps).
 _REL = 1e-12
 #: How many budgets (and deltas) a rule keeps its limits (and grid terms) for.
