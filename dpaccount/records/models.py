@@ -189,24 +189,9 @@ class RecordModel(_Strict):
 
 
 class MetaModel(_Strict):
-    """Serialised `dpaccount.records.LedgerMeta`: what a ledger is, stored once with it and
-    compared on every open.
-
-    Attributes:
-        name: The ledger's name (one per dataset).
-        budget_epsilon: Exact epsilon budget, or None for tracking only.
-        budget_delta: Exact delta budget.
-        rule: The rule's ``describe()`` dictionary (its name and parameters).
-        relation: The neighbouring relation of every charge.
-        schema_version: The record format version.
-        dataset_size: The declared number of records n, if any (total delta < 1/n).
-        key_id: For a keyed ledger (an HMAC chain), the id of its key (`LedgerKey.key_id`);
-            None (and absent from the stored JSON) for a SHA-256 chain. Set by the store.
-        parent: For a sub-budget, the ledger (in the same database) whose budget it is a
-            share of: every charge to it is also charged to the parent and its parents,
-            all or nothing. None (and absent from the stored JSON) otherwise.
-        budget_rho: A zCDP budget rho (`Budget.rho`); None (and absent) for none.
-    """
+    """Serialised `dpaccount.records.LedgerMeta`: the same fields with the same meanings
+    (see its attributes), validated as they are read back; a key and a parent that are
+    None, and a ρ that is None, are absent from the stored JSON."""
 
     schema_version: Literal[1] = SCHEMA_VERSION
     name: str = pydantic.Field(min_length=1)

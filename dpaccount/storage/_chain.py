@@ -47,6 +47,7 @@ __all__ = [
     "missed_records",
     "running_tips",
     "seen_after_read",
+    "seen_after_verify",
     "snapshot_link",
     "snapshot_of",
     "tip_of",
@@ -211,6 +212,22 @@ def seen_after_read(seen: LedgerTip | None, start: int, prev: str,
             "it); reopen the ledger", seq=max(seen.head - 1, 0))
     skip = seen.head - start
     return fold_tip(seen, records[skip:], rows[skip:])
+
+
+def seen_after_verify(seen: LedgerTip | None, tip: LedgerTip) -> LedgerTip | None:
+    """What a writer has seen once it verified the ledger up to ``tip``: ``tip`` where it
+    saw nothing yet or the same; otherwise ``seen`` (a tip further ahead is kept for the
+    next write to check under the lock), after checking that ``tip`` does not fall
+    behind it.
+
+    Raises:
+        LedgerCorruptError: ``tip`` is at or before ``seen`` and does not extend it.
+    """
+    if seen is None or tip == seen:
+        return tip
+    if tip.head <= seen.head:
+        check_extends(tip, seen, None)
+    return seen
 
 
 def check_adds_up(seen: LedgerTip | None, known_head: int, missed: Sequence[LedgerRecord],

@@ -26,11 +26,11 @@ from dpaccount.records import (
 from dpaccount.storage._chain import (
     VERIFY_CHUNK,
     Snapshot,
-    check_extends,
     check_ledger,
     check_records,
     check_since_snapshot,
     seen_after_read,
+    seen_after_verify,
     snapshot_link,
     snapshot_of,
 )
@@ -385,13 +385,10 @@ class SQLiteStore(SQLiteAppends):
         return tip
 
     def _saw_verified(self, tip: LedgerTip) -> None:
-        """Remember a verified tip as seen (first: that it extends the one seen before;
-        one further ahead is kept for the next write to check under the lock)."""
-        seen = self._seen.get(self.name)
-        if seen is None or tip == seen:
-            self._seen[self.name] = tip
-        elif tip.head <= seen.head:
-            check_extends(tip, seen, None)
+        """Remember a verified tip as seen (`seen_after_verify`)."""
+        seen = seen_after_verify(self._seen.get(self.name), tip)
+        if seen is not None:
+            self._seen[self.name] = seen
 
     def snapshots(self) -> list[Snapshot]:
         """Every stored snapshot, oldest first, each link checked."""
